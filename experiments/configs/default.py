@@ -1,0 +1,133 @@
+"""The main job: GRPO on reasoning-gym `chain_sum` with the built-in small transformer.
+
+Run (about 10 minutes on a 2-core CPU, SFT warm start + RL + final evaluation):
+
+  python -m rlscale.main --config=experiments/configs/default.py --workdir=runs/default
+
+One-minute smoke run:
+
+  python -m rlscale.main --config=experiments/configs/default.py:smoke --workdir=/tmp/smoke
+
+Override any field on the command line, e.g. `--config.rl.prompts_per_step=16`.
+"""
+
+import ml_collections
+
+
+def get_config(arg=None):
+  """Returns the default GRPO config; `arg="smoke"` shrinks everything for a ~1 minute run."""
+  config = ml_collections.ConfigDict()
+  # Seed for parameters, task streams and sampling; the same seed gives the same metrics.
+  config.seed = 0
+  # Initialise jax.distributed (multi-host): "auto" when JAX_COORDINATOR_ADDRESS is set, or True/False.
+  config.distributed = "auto"
+
+  # --- Model: the built-in small Qwen3-layout transformer (or an HF checkpoint directory).
+  config.model = ml_collections.ConfigDict()
+  # Local HF checkpoint directory (config.json + safetensors + tokenizer.json); None = built-in model.
+  config.model.checkpoint_path = ml_collections.config_dict.placeholder(str)
+  # Width, depth and heads of the built-in model (ignored when checkpoint_path is set).
+  config.model.hidden_size = 128
+  config.model.intermediate_size = 384
+  config.model.num_layers = 2
+  config.model.num_heads = 4
+  config.model.num_kv_heads = 2
+  config.model.head_dim = 32
+  # Parameter and compute dtypes: "float32" or "bfloat16".
+  config.model.param_dtype = "float32"
+  config.model.dtype = "float32"
+
+  # --- Task: prompts, reference answers and the reward.
+  config.task = ml_collections.ConfigDict()
+  # Source: "reasoning_gym" (any generator by name), "local_math" (JSONL via TFDS), "arithmetic".
+  config.task.source = "reasoning_gym"
+  # Generator name for reasoning_gym.
+  config.task.name = "chain_sum"
+  # Generator kwargs passed to reasoning_gym.create_dataset.
+  config.task.kwargs = ml_collections.ConfigDict(
+      dict(min_terms=2, max_terms=3, min_digits=1, max_digits=1))
+  # Scorer: "verifier" (rlscale's sympy verifier) or "native" (the generator's score_answer).
+  config.task.scorer = "verifier"
+  # Local JSONL path for source="local_math".
+  config.task.data_path = ml_collections.config_dict.placeholder(str)
+  # Number of held-out evaluation prompts (never in the training stream).
+  config.task.eval_size = 128
+
+  # --- Rollouts.
+  config.rollout = ml_collections.ConfigDict()
+  # Longest prompt in tokens (prompts are left-padded to a bucket no longer than this).
+  config.rollout.max_prompt_tokens = 48
+  # Response length limit in tokens (responses stop earlier at EOS).
+  config.rollout.max_new_tokens = 16
+  # Sampling temperature, top-k (0 = off) and top-p (1.0 = off) for training rollouts.
+  config.rollout.temperature = 1.0
+  config.rollout.top_k = 0
+  config.rollout.top_p = 1.0
+
+  # --- RL algorithm.
+  config.rl = ml_collections.ConfigDict()
+  # Preset: grpo, dr_grpo, dapo, rloo, reinforce_pp, ppo (fills the fields below unless overridden).
+  config.rl.algorithm = "grpo"
+  # Prompts per optimizer step (P) and samples per prompt (G): B = P * G responses.
+  config.rl.prompts_per_step = 16
+  config.rl.group_size = 8
+  # Passes over each rollout batch, and minibatches (optimizer steps) per pass.
+  config.rl.epochs = 1
+  config.rl.minibatches = 1
+  # Gradient-accumulation microbatches per minibatch per device (memory, not maths).
+  config.rl.microbatches = 1
+  # KL penalty to the frozen reference policy (0 = none) and its estimator: k1, k2, k3.
+  config.rl.kl_coef = 0.0
+  config.rl.kl_estimator = "k3"
+
+  # --- Optimizer.
+  config.optim = ml_collections.ConfigDict()
+  # "adam" or "adamw".
+  config.optim.optimizer = "adam"
+  # Learning rate at the reference batch (before LR scaling).
+  config.optim.learning_rate = 3e-5
+  config.optim.b1 = 0.9
+  config.optim.b2 = 0.999
+  config.optim.eps = 1e-8
+  config.optim.weight_decay = 0.0
+  # Global gradient-norm clipping threshold.
+  config.optim.grad_clip_norm = 1.0
+  # Schedule: "constant", "cosine" or "linear" (decay after warmup).
+  config.optim.schedule = "constant"
+  config.optim.warmup_steps = 0
+  # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt".
+  config.optim.lr_scaling = "none"
+  config.optim.reference_batch = 128
+  # Adjust Adam betas/eps for the batch ratio (see design.md).
+  config.optim.adjust_adam = False
+
+  # --- Supervised warm start on the task's reference answers (cached; sweeps reuse it).
+  config.sft = ml_collections.ConfigDict()
+  config.sft.steps = 300
+  config.sft.batch_size = 64
+  config.sft.learning_rate = 1e-3
+  # Shared cache directory for warm starts; None = <workdir>/sft.
+  config.sft.cache_dir = ml_collections.config_dict.placeholder(str)
+
+  # --- Loop, evaluation, checkpoints.
+  config.train = ml_collections.ConfigDict()
+  config.train.total_steps = 200
+  config.train.eval_every = 50
+  config.train.checkpoint_every = 50
+  config.train.keep_checkpoints = 2
+  config.eval = ml_collections.ConfigDict()
+  # pass@k from k samples per held-out prompt at the rollout temperature.
+  config.eval.pass_k = 4
+
+  if arg == "smoke":
+    config.sft.steps = 30
+    config.rl.prompts_per_step = 4
+    config.rl.group_size = 4
+    config.train.total_steps = 6
+    config.train.eval_every = 3
+    config.train.checkpoint_every = 3
+    config.task.eval_size = 16
+    config.eval.pass_k = 2
+  # Derived: responses per optimizer step.
+  config.rl.batch_size = config.rl.prompts_per_step * config.rl.group_size
+  return config

@@ -1,0 +1,116 @@
+"""One configuration dataclass for the Qwen3, Qwen2 and Llama decoder families.
+
+The three families differ only in switches this dataclass carries: Qwen2 adds biases to the q/k/v
+projections (`qkv_bias`), Qwen3 adds a per-head RMSNorm on queries and keys (`qk_norm`), and small
+models of every family tie the output projection to the input embedding (`tie_embeddings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture of a decoder-only transformer (RMSNorm, RoPE, GQA, SwiGLU).
+
+  Attributes:
+    vocab_size: V, number of token ids.
+    hidden_size: model width.
+    intermediate_size: SwiGLU hidden width.
+    num_layers: number of decoder blocks.
+    num_heads: query heads H.
+    num_kv_heads: key/value heads K; H must be a multiple of K (grouped-query attention).
+    head_dim: width D of one head (Qwen3 sets it independently of hidden_size / num_heads).
+    rope_theta: base of the rotary frequencies, inv_freq_i = theta^(-2i/D).
+    rms_norm_eps: epsilon inside every RMSNorm.
+    tie_embeddings: reuse the embedding matrix as the output projection.
+    qkv_bias: bias on the q/k/v projections (Qwen2).
+    qk_norm: RMSNorm over head_dim on queries and keys before RoPE (Qwen3).
+    param_dtype: "float32" or "bfloat16": storage dtype of the parameters.
+    dtype: "float32" or "bfloat16": compute dtype; softmax, norms and logits stay float32.
+    value_head: add a scalar value head (PPO critic) on the final hidden state.
+    model_type: the HF family name this config came from ("qwen3", "qwen2", "llama"), for saving.
+
+  Raises:
+    ValueError: from `validate` when a field is out of range, naming the field.
+  """
+
+  vocab_size: int = 512
+  hidden_size: int = 256
+  intermediate_size: int = 768
+  num_layers: int = 4
+  num_heads: int = 8
+  num_kv_heads: int = 4
+  head_dim: int = 32
+  rope_theta: float = 1_000_000.0
+  rms_norm_eps: float = 1e-6
+  tie_embeddings: bool = True
+  qkv_bias: bool = False
+  qk_norm: bool = True
+  param_dtype: str = "float32"
+  dtype: str = "float32"
+  value_head: bool = False
+  model_type: str = "qwen3"
+
+  def __post_init__(self):
+    self.validate()
+
+  def validate(self) -> None:
+    """Checks every field; raises ValueError naming the first bad one."""
+    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                 "num_kv_heads", "head_dim"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"model.{name} must be a positive int, got {value!r}")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(f"model.num_heads ({self.num_heads}) must be a multiple of "
+                       f"model.num_kv_heads ({self.num_kv_heads})")
+    if self.head_dim % 2:
+      raise ValueError(f"model.head_dim must be even for rotary embeddings, got {self.head_dim}")
+    for name in ("param_dtype", "dtype"):
+      if getattr(self, name) not in DTYPES:
+        raise ValueError(f"model.{name} must be one of {sorted(DTYPES)}, got {getattr(self, name)!r}")
+
+  @property
+  def jnp_dtype(self) -> Any:
+    return DTYPES[self.dtype]
+
+  @property
+  def jnp_param_dtype(self) -> Any:
+    return DTYPES[self.param_dtype]
+
+  def replace(self, **changes) -> "ModelConfig":
+    return dataclasses.replace(self, **changes)
+
+  def num_params(self, include_embedding: bool = True) -> int:
+    """Parameter count (the embedding counted once when tied)."""
+    d, h, k, hd, f = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
+                      self.intermediate_size)
+    attn = d * h * hd + 2 * d * k * hd + h * hd * d
+    if self.qkv_bias:
+      attn += h * hd + 2 * k * hd
+    if self.qk_norm:
+      attn += 2 * hd
+    block = attn + 3 * d * f + 2 * d
+    total = self.num_layers * block + d
+    if include_embedding:
+      total += self.vocab_size * d * (1 if self.tie_embeddings else 2)
+    return total
+
+  def flops_per_token(self, context: int = 0) -> float:
+    """Forward matmul FLOPs per token: 2 x non-embedding params + the output projection,
+    plus 4 * layers * heads * head_dim * context for attention scores and values."""
+    dense = 2 * (self.num_params(include_embedding=False) + self.vocab_size * self.hidden_size)
+    attention = 4 * self.num_layers * self.num_heads * self.head_dim * context
+    return float(dense + attention)
+
+
+def tiny_config(**overrides) -> ModelConfig:
+  """The built-in CPU model: Qwen3 layout at W1 size (about 2.6M params with vocab 512)."""
+  return ModelConfig(**overrides)

@@ -1,0 +1,206 @@
+"""Flax linen decoder-only transformer for the Qwen3 / Qwen2 / Llama family.
+
+The KV cache is an explicit pytree passed in and returned (not a mutable flax collection), so the
+model is a pure function of (params, tokens, positions, attention mask, cache) and the sampler can
+carry the cache through `lax.while_loop`. Parameter names mirror the HF checkpoints
+(`layers_0/self_attn/q_proj/kernel` <-> `model.layers.0.self_attn.q_proj.weight`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rlscale.model.config import ModelConfig
+
+
+class KVCache(NamedTuple):
+  """Preallocated keys and values for every layer.
+
+  Attributes:
+    k: [L, B, S, K, D] keys (already rotated), compute dtype.
+    v: [L, B, S, K, D] values.
+  """
+  k: jax.Array
+  v: jax.Array
+
+
+class ModelOutput(NamedTuple):
+  """logits [B, T, V] float32; values [B, T] float32 or None; cache (KVCache or None)."""
+  logits: jax.Array
+  values: Optional[jax.Array]
+  cache: Optional[KVCache]
+
+
+def init_cache(config: ModelConfig, batch: int, length: int) -> KVCache:
+  """Zero cache for `batch` rows of `length` slots (S) in the compute dtype."""
+  shape = (config.num_layers, batch, length, config.num_kv_heads, config.head_dim)
+  return KVCache(jnp.zeros(shape, config.jnp_dtype), jnp.zeros(shape, config.jnp_dtype))
+
+
+def positions_from_mask(input_mask: jax.Array) -> jax.Array:
+  """Token positions under left padding: [B, T] {0,1} -> [B, T] int32, 0 at the first real token.
+
+  Padding slots get position 0 (their outputs are never used)."""
+  return jnp.maximum(jnp.cumsum(input_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def causal_attention_mask(input_mask: jax.Array) -> jax.Array:
+  """[B, T] {0,1} -> [B, T, T] bool: query t sees key s iff s <= t and s is a real token.
+
+  A padding query still sees itself so its softmax row is never empty (no NaN)."""
+  t = input_mask.shape[-1]
+  causal = jnp.tril(jnp.ones((t, t), bool))
+  valid = input_mask.astype(bool)[:, None, :]
+  return (causal[None] & valid) | jnp.eye(t, dtype=bool)[None]
+
+
+class RMSNorm(nn.Module):
+  """RMSNorm (Zhang & Sennrich 2019) computed in float32: x / rms(x) * weight."""
+  eps: float
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    weight = self.param("weight", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (normed * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+  """Rotary embedding, HF "rotate half" layout: x [B, T, N, D], positions [B, T] int32."""
+  d = x.shape[-1]
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  x32 = x.astype(jnp.float32)
+  x1, x2 = x32[..., : d // 2], x32[..., d // 2:]
+  rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return rotated.astype(x.dtype)
+
+
+class Attention(nn.Module):
+  """Grouped-query self-attention with optional q/k/v bias and q/k RMSNorm."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, mask, layer_cache=None, cache_index=None):
+    c = self.config
+    dense = lambda feats, bias, name: nn.Dense(  # noqa: E731
+        feats, use_bias=bias, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, name=name)
+    b, t, _ = x.shape
+    q = dense(c.num_heads * c.head_dim, c.qkv_bias, "q_proj")(x).reshape(b, t, c.num_heads, c.head_dim)
+    k = dense(c.num_kv_heads * c.head_dim, c.qkv_bias, "k_proj")(x).reshape(b, t, c.num_kv_heads, c.head_dim)
+    v = dense(c.num_kv_heads * c.head_dim, c.qkv_bias, "v_proj")(x).reshape(b, t, c.num_kv_heads, c.head_dim)
+    if c.qk_norm:
+      q = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="q_norm")(q)
+      k = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="k_norm")(k)
+    q = apply_rope(q, positions, c.rope_theta)
+    k = apply_rope(k, positions, c.rope_theta)
+    new_cache = None
+    if layer_cache is not None:
+      cache_k, cache_v = layer_cache
+      cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), cache_index, axis=1)
+      cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), cache_index, axis=1)
+      k, v, new_cache = cache_k, cache_v, (cache_k, cache_v)
+    groups = c.num_heads // c.num_kv_heads
+    q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (c.head_dim ** -0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, c.num_heads * c.head_dim)
+    return dense(c.hidden_size, False, "o_proj")(out), new_cache
+
+
+class MLP(nn.Module):
+  """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.config
+    dense = lambda feats, name: nn.Dense(  # noqa: E731
+        feats, use_bias=False, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, name=name)
+    return dense(c.hidden_size, "down_proj")(
+        nn.silu(dense(c.intermediate_size, "gate_proj")(x)) * dense(c.intermediate_size, "up_proj")(x))
+
+
+class DecoderLayer(nn.Module):
+  """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, mask, layer_cache=None, cache_index=None):
+    c = self.config
+    h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="input_layernorm")(x)
+    h, new_cache = Attention(c, name="self_attn")(h, positions, mask, layer_cache, cache_index)
+    x = x + h
+    h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="post_attention_layernorm")(x)
+    return x + MLP(c, name="mlp")(h), new_cache
+
+
+class Transformer(nn.Module):
+  """Decoder-only LM. Call with
+
+    tokens [B, T] int32, positions [B, T] int32, mask [B, T, S] bool (query t may attend key s),
+    cache: KVCache with S slots or None (then S == T), cache_index: int32 scalar slot of tokens[:, 0].
+
+  Returns ModelOutput(logits [B, T, V] float32, values [B, T] float32 or None, cache).
+  """
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None):
+    c = self.config
+    embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype,
+                     embedding_init=nn.initializers.normal(0.02), name="embed_tokens")
+    x = embed(tokens)
+    new_k, new_v = [], []
+    for i in range(c.num_layers):
+      layer_cache = None if cache is None else (cache.k[i], cache.v[i])
+      x, layer_new = DecoderLayer(c, name=f"layers_{i}")(x, positions, mask, layer_cache, cache_index)
+      if layer_new is not None:
+        new_k.append(layer_new[0])
+        new_v.append(layer_new[1])
+    x = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="norm")(x)
+    if c.tie_embeddings:
+      logits = embed.attend(x)
+    else:
+      logits = nn.Dense(c.vocab_size, use_bias=False, dtype=c.jnp_dtype,
+                        param_dtype=c.jnp_param_dtype, name="lm_head")(x)
+    values = None
+    if c.value_head:
+      values = nn.Dense(1, dtype=jnp.float32, param_dtype=jnp.float32,
+                        kernel_init=nn.initializers.zeros, name="value_head")(x.astype(jnp.float32))[..., 0]
+    out_cache = None if cache is None else KVCache(jnp.stack(new_k), jnp.stack(new_v))
+    return ModelOutput(logits.astype(jnp.float32), values, out_cache)
+
+
+def init_params(config: ModelConfig, rng: jax.Array) -> dict:
+  """Random parameters (normal(0.02) embeddings, lecun-normal dense kernels) for `config`."""
+  tokens = jnp.zeros((1, 2), jnp.int32)
+  mask = causal_attention_mask(jnp.ones((1, 2), jnp.int32))
+  return Transformer(config).init(rng, tokens, positions_from_mask(jnp.ones((1, 2))), mask)["params"]
+
+
+def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Array) -> ModelOutput:
+  """Full causal forward without cache over left-padded sequences.
+
+  Args:
+    tokens: [B, T] int32. input_mask: [B, T] {0,1}, 1 for real tokens.
+  Returns ModelOutput with logits [B, T, V] float32 (position t predicts token t+1)."""
+  return Transformer(config).apply({"params": params}, tokens, positions_from_mask(input_mask),
+                                   causal_attention_mask(input_mask))
+
+
+def token_logp(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:
+  """log softmax(logits / temperature)[target]: logits [..., V] float32, targets [...] int32."""
+  logits = logits / jnp.where(temperature > 0, temperature, 1.0)
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
