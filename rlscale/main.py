@@ -1,0 +1,31 @@
+"""Command-line entry point: `python -m rlscale.main --config=<file.py>[:arg] --workdir=<dir>`.
+
+Any config field can be overridden, e.g. `--config.rl.prompts_per_step=16`. This module only parses
+flags; the work is done by `rlscale.runner.loop.train_and_evaluate`, which Colab imports too.
+"""
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Path to an ml_collections config file (optionally `path:arg`).",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: metrics, checkpoints, plots.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+
+
+def run():
+  """Console-script entry point (`rlscale --config=... --workdir=...`)."""
+  app.run(_main)
+
+
+if __name__ == "__main__":
+  run()

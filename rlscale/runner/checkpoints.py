@@ -1,0 +1,70 @@
+"""Atomic, topology-free checkpoints with orbax.
+
+We save host numpy arrays (the first replica of a pmapped TrainState, `jax.device_get`), never the
+device arrays: a pmapped array carries the saving topology and would not restore on another device
+count. Restored trees are numpy; the runner replicates them for pmap, so a run saved on N devices
+resumes on M. Orbax writes each step into a temporary directory and renames it when complete, so a
+crash mid-write leaves the previous checkpoint as the latest good one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+def to_host(tree: Any) -> Any:
+  """Device pytree -> numpy pytree (typed PRNG keys become their uint32 key data)."""
+  def convert(x):
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      x = jax.random.key_data(x)
+    return np.asarray(jax.device_get(x))
+  return jax.tree.map(convert, tree)
+
+
+class Checkpointer:
+  """Keeps the last `keep` checkpoints of (train state, JSON metadata) under `directory`.
+
+  Args:
+    directory: where step folders live (created if missing).
+    keep: how many checkpoints to keep (older ones are deleted after a successful save).
+  """
+
+  def __init__(self, directory: str, *, keep: int = 2):
+    if keep < 1:
+      raise ValueError(f"train.keep_checkpoints must be >= 1, got {keep}")
+    self.directory = os.path.abspath(directory)
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                             enable_async_checkpointing=False),
+        item_names=("state", "meta"))
+
+  def latest_step(self) -> int | None:
+    """Step of the newest complete checkpoint, or None."""
+    return self._manager.latest_step()
+
+  def save(self, step: int, state: Any, meta: dict) -> None:
+    """Writes `state` (a host or device pytree of arrays) and `meta` (JSON-able) for `step`."""
+    self._manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(to_host(state)), meta=ocp.args.JsonSave(meta)), force=True)
+    self._manager.wait_until_finished()
+
+  def restore(self, step: int, target: Any) -> tuple[Any, dict]:
+    """Reads checkpoint `step` into the structure of `target` (a host pytree); returns numpy arrays.
+
+    Raises FileNotFoundError when no such step exists."""
+    if step not in self._manager.all_steps():
+      raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory} "
+                              f"(have {sorted(self._manager.all_steps())})")
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(to_host(target)), meta=ocp.args.JsonRestore()))
+    state = jax.tree.map(np.asarray, restored["state"])
+    return state, dict(restored["meta"])
+
+  def close(self) -> None:
+    self._manager.close()

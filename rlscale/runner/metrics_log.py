@@ -1,0 +1,101 @@
+"""Run logging: one JSON line per record in `metrics.jsonl`, mirrored to TensorBoard.
+
+Every record carries the step and the axes the batch-size study indexes by (responses consumed,
+wall seconds); the study's readers (`rlscale.runner.plots`, later the scaling reports) read the JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _to_python(value: Any) -> Any:
+  """numpy / jax scalars -> float/int; non-finite floats -> None (valid JSON)."""
+  if isinstance(value, (np.generic, np.ndarray)) or hasattr(value, "__array__"):
+    value = np.asarray(value)
+    value = value.item() if value.size == 1 else value.tolist()
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
+
+
+class MetricsLogger:
+  """Appends records to `<workdir>/metrics.jsonl` and to TensorBoard event files.
+
+  Args:
+    workdir: run directory (created if missing).
+    resume_step: when resuming from a checkpoint at this step, records with a larger `step` are
+      dropped from the JSONL first, so an interrupted and resumed run logs each step exactly once.
+    tensorboard: also write TensorBoard events under `<workdir>/tensorboard` (tensorboardX).
+  """
+
+  def __init__(self, workdir: str, *, resume_step: int | None = None, tensorboard: bool = True):
+    os.makedirs(workdir, exist_ok=True)
+    self.path = os.path.join(workdir, METRICS_FILE)
+    if resume_step is not None:
+      truncate_after_step(self.path, resume_step)
+    elif os.path.exists(self.path):
+      os.remove(self.path)
+    self._file = open(self.path, "a", encoding="utf-8")
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, record: Mapping[str, Any]) -> None:
+    """Writes one record; it must hold an integer `step`. Flushed at once (crash-safe)."""
+    if "step" not in record:
+      raise ValueError(f"metrics record needs a 'step' field, got keys {sorted(record)}")
+    clean = {k: _to_python(v) for k, v in record.items()}
+    self._file.write(json.dumps(clean, sort_keys=True) + "\n")
+    self._file.flush()
+    if self._tb is not None:
+      for key, value in clean.items():
+        if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+          self._tb.add_scalar(key, value, clean["step"])
+
+  def close(self) -> None:
+    self._file.close()
+    if self._tb is not None:
+      self._tb.close()
+
+
+def read_metrics(path: str) -> list[dict]:
+  """All records of a metrics.jsonl file (a torn last line from a crash is skipped)."""
+  records = []
+  if not os.path.exists(path):
+    return records
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue
+  return records
+
+
+def truncate_after_step(path: str, step: int) -> None:
+  """Rewrites `path` keeping only records with record['step'] <= step (atomic replace)."""
+  kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    for record in kept:
+      f.write(json.dumps(record, sort_keys=True) + "\n")
+  os.replace(tmp, path)
+
+
+def series(records: Iterable[Mapping[str, Any]], x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
+  """(x values, y values) over the records that hold a finite `y`."""
+  xs, ys = [], []
+  for r in records:
+    if r.get(y) is not None and r.get(x) is not None:
+      xs.append(r[x])
+      ys.append(r[y])
+  return np.asarray(xs, float), np.asarray(ys, float)

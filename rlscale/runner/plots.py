@@ -1,0 +1,54 @@
+"""PNG learning curves from metrics.jsonl: each metric against responses consumed and wall time.
+
+The batch-size study compares runs on both axes: by samples (sample efficiency) and by seconds
+(what a larger batch buys in throughput), so every curve is drawn twice.
+"""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+
+from rlscale.runner.metrics_log import series  # noqa: E402
+
+# (metric key, panel title); eval metrics exist only on evaluation steps.
+PANELS = (
+    ("eval/greedy_accuracy", "held-out greedy accuracy"),
+    ("eval/pass_at_k", "held-out pass@k"),
+    ("reward/mean", "training reward (mean)"),
+    ("groups/with_variance", "fraction of groups with reward variance"),
+)
+X_AXES = (("samples", "responses consumed"), ("wall/total", "wall time (s)"))
+
+
+def plot_curves(records: list[dict], out_dir: str, *, title: str = "") -> dict[str, str]:
+  """Writes `curves_vs_samples.png` and `curves_vs_wall_time.png` into out_dir.
+
+  Args:
+    records: metrics.jsonl records (dicts with `samples`, `wall/total` and the PANELS keys).
+    out_dir: directory for the PNGs.
+    title: figure title (e.g. the run's workdir).
+  Returns: {"vs_samples": path, "vs_wall_time": path}.
+  """
+  paths = {}
+  for (x_key, x_label), name in zip(X_AXES, ("vs_samples", "vs_wall_time")):
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    for ax, (y_key, y_title) in zip(axes, PANELS):
+      xs, ys = series(records, x_key, y_key)
+      ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
+      ax.set_title(y_title, fontsize=10)
+      ax.set_xlabel(x_label)
+      ax.grid(alpha=0.3)
+      if y_key != "reward/mean":
+        ax.set_ylim(-0.02, 1.02)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = os.path.join(out_dir, f"curves_{name}.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    paths[name] = path
+  return paths
