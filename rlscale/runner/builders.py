@@ -1,0 +1,149 @@
+"""Config -> the objects one run needs (model, tokenizer, task, sampler, optimizer, update step).
+
+Kept apart from the loop so Colab users can build a run, poke at its parts, and call the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from rlscale import tokenizers as tokenizers_lib
+from rlscale.model import ModelConfig, init_params
+from rlscale.rl.presets import resolve_rl_config, validate_rl_config
+from rlscale.runner import sft
+from rlscale.runner.batching import encode_prompts, encode_responses
+from rlscale.runner.evaluate import Evaluator
+from rlscale.sampler import SamplingConfig, Sampler
+from rlscale.tasks import make_task
+from rlscale.train import update as update_lib
+from rlscale.train.optimizer import make_optimizer
+from rlscale.train.state import create_train_state
+
+MODEL_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                "head_dim", "param_dtype", "dtype")
+
+
+@dataclasses.dataclass
+class Run:
+  """Everything the loop needs for one experiment (see `build_run`)."""
+  rl_config: Any
+  model_config: ModelConfig
+  tokenizer: Any
+  task: Any
+  sampler: Sampler
+  evaluator: Evaluator
+  state: Any  # replicated TrainState
+  update_fn: Callable
+  prepare_batch: Callable
+  prompt_buckets: Sequence[int]
+  num_devices: int
+  warm_start_seconds: float
+  log: Callable[[str], None] = print
+  warm_start_eval: dict | None = None
+
+
+def maybe_initialize_distributed(setting) -> None:
+  """Calls `jax.distributed.initialize()` when asked: setting True, or "auto" with
+  JAX_COORDINATOR_ADDRESS set in the environment (see README, multi-host)."""
+  if setting is True or (setting == "auto" and os.environ.get("JAX_COORDINATOR_ADDRESS")):
+    jax.distributed.initialize()
+  elif setting not in (False, "auto", None):
+    raise ValueError(f"config.distributed must be True, False or 'auto', got {setting!r}")
+
+
+def prompt_buckets(max_prompt_tokens: int) -> tuple[int, ...]:
+  """Powers of two from 16 up to max_prompt_tokens, then max_prompt_tokens itself."""
+  if max_prompt_tokens < 1:
+    raise ValueError(f"rollout.max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+  buckets, b = [], 16
+  while b < max_prompt_tokens:
+    buckets.append(b)
+    b *= 2
+  return tuple(buckets) + (max_prompt_tokens,)
+
+
+def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any]:
+  """Built-in model (random init from config.seed) or an HF checkpoint from config.model.checkpoint_path."""
+  path = config.model.checkpoint_path
+  if path:
+    from rlscale.model.hf_checkpoint import load_hf_checkpoint  # pylint: disable=g-import-not-at-top
+    if not os.path.isdir(path):
+      raise FileNotFoundError(f"model.checkpoint_path={path!r} is not a directory; point it at a "
+                              "local HF checkpoint (config.json, *.safetensors, tokenizer.json)")
+    model_config, params = load_hf_checkpoint(path)
+    log(f"model: loaded {model_config.model_type} checkpoint from {path}")
+    return model_config, params
+  fields = {name: config.model[name] for name in MODEL_FIELDS}
+  model_config = ModelConfig(vocab_size=tokenizer.vocab_size, **fields)
+  params = init_params(model_config, jax.random.key(config.seed))
+  log(f"model: built-in {model_config.num_params() / 1e6:.2f}M-parameter transformer")
+  return model_config, params
+
+
+def warm_start(config, workdir, model_config, params, tokenizer, task, log):
+  """SFT on the task's reference answers (cached); skipped for HF checkpoints or sft.steps == 0."""
+  if config.model.checkpoint_path or config.sft.steps == 0:
+    return params, 0.0
+  buckets = prompt_buckets(config.rollout.max_prompt_tokens)
+  cache_dir = config.sft.cache_dir or os.path.join(workdir, "sft")
+  key = sft.warm_start_key({"model": dataclasses.asdict(model_config), "task": config.task.to_dict(),
+                            "sft": {k: v for k, v in config.sft.to_dict().items() if k != "cache_dir"},
+                            "seed": config.seed, "rollout": config.rollout.to_dict()})
+  batch_size = config.sft.batch_size
+
+  def make_batch(step):
+    # SFT reads its own stretch of the stream, far past what RL consumes first.
+    examples = [task.train_example(10**8 + step * batch_size + i) for i in range(batch_size)]
+    prompt_tokens, prompt_mask = encode_prompts(
+        tokenizer, [task.format_prompt(e) for e in examples], buckets[-1:])
+    response_tokens, response_mask = encode_responses(
+        tokenizer, [task.format_target(e) for e in examples], config.rollout.max_new_tokens)
+    return {"tokens": np.concatenate([prompt_tokens, response_tokens], 1),
+            "input_mask": np.concatenate([prompt_mask, response_mask], 1),
+            "response_mask": response_mask}
+
+  params, info = sft.supervised_warm_start(
+      params, model_config, make_batch, steps=config.sft.steps,
+      learning_rate=config.sft.learning_rate,
+      cache_path=os.path.join(cache_dir, f"warm_start_{key}.msgpack"), log=log)
+  return params, info["seconds"]
+
+
+def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
+  """Validates `config` and builds a `Run` (warm start included)."""
+  maybe_initialize_distributed(config.get("distributed", "auto"))
+  num_devices = jax.local_device_count()
+  rl = resolve_rl_config(config.rl)
+  validate_rl_config(rl, num_devices=num_devices)
+  t0 = time.perf_counter()
+  tokenizer = tokenizers_lib.load_tokenizer(config.model.checkpoint_path or "char")
+  task = make_task(config.task, seed=config.seed)
+  model_config, params = build_model(config, tokenizer, log)
+  params, sft_seconds = warm_start(config, workdir, model_config, params, tokenizer, task, log)
+  buckets = prompt_buckets(config.rollout.max_prompt_tokens)
+  sampling = SamplingConfig(temperature=config.rollout.temperature, top_k=config.rollout.top_k,
+                            top_p=config.rollout.top_p)
+  sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
+                    eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets,
+                    params_replicated=True)
+  batch_size = rl.prompts_per_step * rl.group_size
+  optimizer = make_optimizer(config.optim, batch_size=batch_size, total_steps=config.train.total_steps)
+  state = update_lib.replicate(create_train_state(params, optimizer))
+  update_fn = update_lib.make_update_fn(model_config, rl, optimizer)
+  evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
+                        examples=task.eval_examples(config.task.eval_size), prompt_buckets=buckets,
+                        num_devices=num_devices, pass_k=config.eval.pass_k,
+                        temperature=config.rollout.temperature)
+  prepare_batch = update_lib.make_batch_preparer(model_config, rl, params, num_devices)
+  log(f"setup: {num_devices} device(s), B = {rl.prompts_per_step} prompts x {rl.group_size} = "
+      f"{batch_size} responses per step, warm start {time.perf_counter() - t0:.1f} s")
+  return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
+             sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,
+             prepare_batch=prepare_batch, prompt_buckets=buckets, num_devices=num_devices,
+             warm_start_seconds=sft_seconds, log=log)

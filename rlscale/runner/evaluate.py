@@ -1,0 +1,83 @@
+"""Held-out evaluation: greedy accuracy, mean reward at the sampling temperature, and pass@k.
+
+A response counts as correct when its reward is at least `CORRECT_REWARD` (the verifier scores 0 or
+1; the generators' native scorers may give partial credit, which counts toward the mean reward only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlscale.runner.batching import decode_responses, encode_prompts, repeat_groups
+from rlscale.sampler.strategies import SamplingConfig
+from rlscale.tasks.rewards import score_batch
+
+CORRECT_REWARD = 1.0 - 1e-6
+
+
+def pad_to_multiple(arrays: Sequence[np.ndarray], multiple: int) -> tuple[list[np.ndarray], int]:
+  """Pads the batch axis by repeating the last row so its size divides `multiple`.
+
+  Returns (padded arrays, original batch size)."""
+  n = len(arrays[0])
+  extra = (-n) % multiple
+  if not extra:
+    return list(arrays), n
+  return [np.concatenate([a, np.repeat(a[-1:], extra, axis=0)]) for a in arrays], n
+
+
+@dataclasses.dataclass
+class Evaluator:
+  """Scores a policy on a fixed list of held-out examples.
+
+  Attributes:
+    task: the task source (format_prompt, score).
+    tokenizer: encodes prompts and decodes responses.
+    sampler: `rlscale.sampler.Sampler` (pmapped over local devices).
+    examples: held-out examples (never in the training stream).
+    prompt_buckets: allowed left-padded prompt lengths (tokens).
+    num_devices: local device count (batches are padded to a multiple of it).
+    pass_k: samples per prompt for the sampled metrics and pass@k.
+    temperature: sampling temperature for the sampled metrics (greedy accuracy uses 0).
+  """
+  task: Any
+  tokenizer: Any
+  sampler: Any
+  examples: Sequence[Any]
+  prompt_buckets: Sequence[int]
+  num_devices: int
+  pass_k: int
+  temperature: float
+
+  def _rewards(self, params, tokens, mask, rng, sampling, examples) -> np.ndarray:
+    (tokens, mask), n = pad_to_multiple([tokens, mask], self.num_devices)
+    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling)
+    t_r = rollout.response_mask.shape[1]
+    texts = decode_responses(self.tokenizer, rollout.tokens[:n, -t_r:], rollout.response_mask[:n])
+    rewards, _ = score_batch(self.task, texts, examples, response_lengths=rollout.lengths[:n])
+    return rewards
+
+  def __call__(self, params, rng) -> dict[str, float]:
+    """Returns {"eval/greedy_accuracy", "eval/mean_reward", "eval/pass_at_k", "eval/sampled_accuracy"}.
+
+    params: as the sampler takes them (replicated for pmap)."""
+    import jax  # pylint: disable=g-import-not-at-top
+    texts = [self.task.format_prompt(e) for e in self.examples]
+    tokens, mask = encode_prompts(self.tokenizer, texts, self.prompt_buckets)
+    greedy = self._rewards(params, tokens, mask, jax.random.fold_in(rng, 0),
+                           SamplingConfig(temperature=0.0), list(self.examples))
+    k = self.pass_k
+    tokens_k, mask_k = repeat_groups([tokens, mask], k)
+    examples_k = [e for e in self.examples for _ in range(k)]
+    sampled = self._rewards(params, tokens_k, mask_k, jax.random.fold_in(rng, 1),
+                            SamplingConfig(temperature=self.temperature), examples_k)
+    correct = (sampled >= CORRECT_REWARD).reshape(len(self.examples), k)
+    return {
+        "eval/greedy_accuracy": float(np.mean(greedy >= CORRECT_REWARD)),
+        "eval/mean_reward": float(np.mean(sampled)),
+        "eval/sampled_accuracy": float(np.mean(correct)),
+        "eval/pass_at_k": float(np.mean(correct.any(axis=1))),
+    }

@@ -1,0 +1,237 @@
+"""The RL loop: config -> trained policy, metrics.jsonl, checkpoints, curves and summary.json.
+
+One step: P prompts from the task stream -> G samples each (pmapped sampler) -> rewards (host
+verifier) -> advantages -> update step (pmapped) -> one metrics record indexed by step, responses
+consumed and wall seconds per phase (generation / reward / training / evaluation). Every
+`train.checkpoint_every` steps the train state, the task-stream position and the cumulative wall
+time are saved; running the same command again resumes from there and reproduces the metrics of an
+uninterrupted run, because every step's randomness is `fold_in(seed key, step)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import tqdm
+
+from rlscale.rl.advantages import compute_advantages
+from rlscale.runner import builders
+from rlscale.runner.batching import decode_responses, encode_prompts, repeat_groups
+from rlscale.runner.checkpoints import Checkpointer
+from rlscale.runner.metrics_log import MetricsLogger, read_metrics
+from rlscale.runner.plots import plot_curves
+from rlscale.tasks.rewards import score_batch
+from rlscale.train import update as update_lib
+
+PHASES = ("generation", "reward", "training", "evaluation")
+
+
+class _StopFlag:
+  """Set by SIGINT/SIGTERM; the loop checkpoints and exits cleanly at the end of the step."""
+
+  def __init__(self):
+    self.stop = False
+    self._previous = {}
+
+  def __enter__(self):
+    for sig in (signal.SIGINT, signal.SIGTERM):
+      try:
+        self._previous[sig] = signal.signal(sig, self._handle)
+      except ValueError:  # not the main thread (e.g. some notebook kernels): no handler
+        pass
+    return self
+
+  def _handle(self, signum, frame):  # pylint: disable=unused-argument
+    self.stop = True
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def group_stats(rewards: np.ndarray, group_size: int) -> dict[str, float]:
+  """Reward statistics of a [P * G] reward vector: mean, std, and the fraction of groups whose
+  rewards vary (only those carry a group-relative learning signal)."""
+  groups = rewards.reshape(-1, group_size)
+  varied = groups.max(axis=1) - groups.min(axis=1) > 1e-6
+  return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+          "groups/with_variance": float(varied.mean()),
+          "groups/all_correct": float((groups.min(axis=1) >= 1.0 - 1e-6).mean())}
+
+
+def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
+  """Runs (or resumes) the experiment `config` in `workdir` and returns the summary dict.
+
+  Writes into workdir: config.json (resolved), metrics.jsonl, tensorboard/, checkpoints/,
+  curves_vs_samples.png, curves_vs_wall_time.png and summary.json.
+  Raises: ValueError for an invalid config (naming the field and the allowed values),
+  FileNotFoundError for a missing checkpoint or data path.
+  """
+  start_time = time.perf_counter()
+  os.makedirs(workdir, exist_ok=True)
+  run = builders.build_run(config, workdir)
+  rl = run.rl_config
+  P, G = rl.prompts_per_step, rl.group_size
+  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+    f.write(json.dumps({"config": config.to_dict(), "rl_resolved": rl.to_dict()},
+                       indent=2, sort_keys=True, default=str))
+
+  checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
+                              keep=config.train.keep_checkpoints)
+  state = run.state
+  step, stream_position, wall_offset = 0, 0, 0.0
+  phase_totals = dict.fromkeys(PHASES, 0.0)
+  latest = checkpointer.latest_step()
+  if latest is not None:
+    host_state, meta = checkpointer.restore(latest, update_lib.unreplicate(state))
+    state = update_lib.replicate(host_state)
+    step, stream_position = int(meta["step"]), int(meta["stream_position"])
+    wall_offset, phase_totals = float(meta["wall_seconds"]), dict(meta["phase_seconds"])
+    run.log(f"resumed from checkpoint at step {step} (stream position {stream_position})")
+  logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
+
+  base_key = jax.random.key(config.seed)
+  warm_eval = run.warm_start_eval
+  if latest is None:
+    t0 = time.perf_counter()
+    warm_eval = run.evaluator(state.params, jax.random.fold_in(base_key, 10**9))
+    phase_totals["evaluation"] += time.perf_counter() - t0
+    logger.write({"step": 0, "samples": 0, **warm_eval, **_wall_record(phase_totals, start_time, wall_offset)})
+    run.log(f"warm start: held-out greedy accuracy {warm_eval['eval/greedy_accuracy']:.3f}, "
+            f"pass@{config.eval.pass_k} {warm_eval['eval/pass_at_k']:.3f}")
+    _save_warm_eval(workdir, warm_eval)
+  else:
+    warm_eval = _load_warm_eval(workdir)
+
+  total_steps = config.train.total_steps
+  last_eval = None
+  bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True)
+  with _StopFlag() as stop:
+    while step < total_steps and not stop.stop:
+      step_key = jax.random.fold_in(base_key, step)
+      record, state, stream_position = _rl_step(run, state, step_key, stream_position, phase_totals)
+      step += 1
+      record.update(step=step, samples=step * P * G, prompts=stream_position)
+      if step % config.train.eval_every == 0 or step == total_steps:
+        t0 = time.perf_counter()
+        last_eval = run.evaluator(state.params, jax.random.fold_in(base_key, 10**9 + step))
+        phase_totals["evaluation"] += time.perf_counter() - t0
+        record.update(last_eval)
+      record.update(_wall_record(phase_totals, start_time, wall_offset))
+      logger.write(record)
+      bar.update(1)
+      bar.set_postfix(reward=f"{record['reward/mean']:.3f}",
+                      acc=f"{last_eval['eval/greedy_accuracy']:.3f}" if last_eval else "-")
+      if step % config.train.checkpoint_every == 0 or step == total_steps or stop.stop:
+        checkpointer.save(step, update_lib.unreplicate(state), {
+            "step": step, "stream_position": stream_position,
+            "wall_seconds": record["wall/total"], "phase_seconds": phase_totals})
+  bar.close()
+  logger.close()
+  checkpointer.close()
+  if stop.stop and step < total_steps:
+    run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
+    return {"interrupted": True, "steps": step}
+  return _finish(workdir, config, run, warm_eval, step, phase_totals, start_time, wall_offset)
+
+
+def _rl_step(run, state, step_key, stream_position, phase_totals):
+  """One rollout batch and its update(s). Returns (metrics record, new state, stream position)."""
+  rl = run.rl_config
+  P, G = rl.prompts_per_step, rl.group_size
+  sample_key, update_key = jax.random.split(step_key)
+
+  t0 = time.perf_counter()
+  examples = [run.task.train_example(stream_position + i) for i in range(P)]
+  stream_position += P
+  prompts = [run.task.format_prompt(e) for e in examples]
+  prompt_tokens, prompt_mask = encode_prompts(run.tokenizer, prompts, run.prompt_buckets)
+  prompt_tokens, prompt_mask = repeat_groups([prompt_tokens, prompt_mask], G)
+  rollout = run.sampler(state.params, prompt_tokens, prompt_mask, sample_key)
+  t1 = time.perf_counter()
+  t_r = rollout.response_mask.shape[1]
+  texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
+  group_examples = [e for e in examples for _ in range(G)]
+  rewards, _ = score_batch(run.task, texts, group_examples, response_lengths=rollout.lengths)
+  t2 = time.perf_counter()
+  advantages = np.asarray(compute_advantages(rl.advantage, rewards, group_size=G))
+  batch = {
+      "tokens": rollout.tokens,
+      "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
+      "response_mask": rollout.response_mask,
+      "old_logp": rollout.logp,
+      "advantages": advantages,
+  }
+  batch = run.prepare_batch(state, batch, rewards)
+  state, metrics = run.update_fn(state, update_lib.shard_batch(batch, run.num_devices),
+                                 update_lib.replicate_key(update_key, run.num_devices))
+  metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0]) for k, v in jax.device_get(metrics).items()}
+  t3 = time.perf_counter()
+  phase_totals["generation"] += t1 - t0
+  phase_totals["reward"] += t2 - t1
+  phase_totals["training"] += t3 - t2
+  lengths = np.asarray(rollout.lengths)
+  record = {
+      **group_stats(rewards, G), **metrics,
+      "response/length_mean": float(lengths.mean()),
+      "tokens/generated": int(np.asarray(rollout.response_mask).sum()),
+      "tokens/trained": int(np.asarray(batch["input_mask"]).sum()),
+      "time/generation": t1 - t0, "time/reward": t2 - t1, "time/training": t3 - t2,
+  }
+  return record, state, stream_position
+
+
+def _wall_record(phase_totals, start_time, wall_offset) -> dict[str, float]:
+  record = {f"wall/{p}": phase_totals[p] for p in PHASES}
+  record["wall/total"] = wall_offset + time.perf_counter() - start_time
+  return record
+
+
+def _save_warm_eval(workdir, warm_eval):
+  with open(os.path.join(workdir, "warm_start_eval.json"), "w", encoding="utf-8") as f:
+    json.dump(warm_eval, f)
+
+
+def _load_warm_eval(workdir):
+  path = os.path.join(workdir, "warm_start_eval.json")
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def _finish(workdir, config, run, warm_eval, step, phase_totals, start_time, wall_offset):
+  records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+  plots = plot_curves(records, workdir, title=os.path.abspath(workdir))
+  final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
+  rl_seconds = sum(phase_totals[p] for p in ("generation", "reward", "training"))
+  summary = {
+      "warm_start_accuracy": warm_eval.get("eval/greedy_accuracy"),
+      "final_accuracy": final_eval.get("eval/greedy_accuracy"),
+      "warm_start_pass_at_k": warm_eval.get("eval/pass_at_k"),
+      "final_pass_at_k": final_eval.get("eval/pass_at_k"),
+      "final_mean_reward": final_eval.get("eval/mean_reward"),
+      "steps": step,
+      "samples_consumed": step * config.rl.prompts_per_step * config.rl.group_size,
+      "wall_seconds": wall_offset + time.perf_counter() - start_time,
+      "phase_seconds": {**phase_totals, "warm_start": run.warm_start_seconds},
+      "steps_per_second": step / rl_seconds if rl_seconds else None,
+      "num_devices": run.num_devices,
+      "plots": plots,
+      "metrics": os.path.join(workdir, "metrics.jsonl"),
+      "tensorboard": os.path.join(workdir, "tensorboard"),
+  }
+  with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=2)
+  run.log(f"done: held-out greedy accuracy {summary['warm_start_accuracy']:.3f} (warm start) -> "
+          f"{summary['final_accuracy']:.3f} (after {step} RL steps, "
+          f"{summary['samples_consumed']} responses) in {summary['wall_seconds']:.0f} s")
+  run.log(f"results: {os.path.join(workdir, 'summary.json')}; curves: {plots['vs_samples']}, "
+          f"{plots['vs_wall_time']}; TensorBoard: tensorboard --logdir {summary['tensorboard']}")
+  return summary
