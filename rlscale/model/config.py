@@ -2,17 +2,51 @@
 
 The three families differ only in switches this dataclass carries: Qwen2 adds biases to the q/k/v
 projections (`qkv_bias`), Qwen3 adds a per-head RMSNorm on queries and keys (`qk_norm`), and small
-models of every family tie the output projection to the input embedding (`tie_embeddings`).
+models of every family tie the output projection to the input embedding (`tie_embeddings`). Qwen3 and
+Llama checkpoints with `attention_bias` also put a bias on the output projection (`o_proj_bias`), and
+Llama 3.1+ rescales the rotary frequencies (`rope_scaling`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import jax.numpy as jnp
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """Llama 3 rotary frequency rescaling (HF rope_type "llama3", used by Llama 3.1 and later).
+
+  Wavelengths 2*pi/inv_freq longer than original_max_position / low_freq_factor are divided by
+  `factor`, those shorter than original_max_position / high_freq_factor are kept, and the band in
+  between is interpolated linearly in original_max_position / wavelength.
+
+  Attributes:
+    factor: divisor of the low frequencies (8 in Llama 3.1).
+    low_freq_factor: 1 in Llama 3.1.
+    high_freq_factor: 4 in Llama 3.1.
+    original_max_position: context length of pre-training before extension (8192 in Llama 3.1).
+
+  Raises:
+    ValueError: when factor <= 0, original_max_position <= 0 or high_freq_factor <= low_freq_factor.
+  """
+
+  factor: float
+  low_freq_factor: float
+  high_freq_factor: float
+  original_max_position: int
+
+  def __post_init__(self):
+    if self.factor <= 0 or self.original_max_position <= 0:
+      raise ValueError("rope_scaling.factor and rope_scaling.original_max_position must be positive, "
+                       f"got {self.factor!r} and {self.original_max_position!r}")
+    if self.high_freq_factor <= self.low_freq_factor:
+      raise ValueError(f"rope_scaling.high_freq_factor ({self.high_freq_factor}) must exceed "
+                       f"rope_scaling.low_freq_factor ({self.low_freq_factor})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,9 +62,11 @@ class ModelConfig:
     num_kv_heads: key/value heads K; H must be a multiple of K (grouped-query attention).
     head_dim: width D of one head (Qwen3 sets it independently of hidden_size / num_heads).
     rope_theta: base of the rotary frequencies, inv_freq_i = theta^(-2i/D).
+    rope_scaling: None for plain RoPE, or a RopeScaling for Llama 3 style frequency rescaling.
     rms_norm_eps: epsilon inside every RMSNorm.
     tie_embeddings: reuse the embedding matrix as the output projection.
-    qkv_bias: bias on the q/k/v projections (Qwen2).
+    qkv_bias: bias on the q/k/v projections (Qwen2; Qwen3 and Llama with attention_bias).
+    o_proj_bias: bias on the attention output projection (Qwen3 and Llama with attention_bias).
     qk_norm: RMSNorm over head_dim on queries and keys before RoPE (Qwen3).
     param_dtype: "float32" or "bfloat16": storage dtype of the parameters.
     dtype: "float32" or "bfloat16": compute dtype; softmax, norms and logits stay float32.
@@ -49,9 +85,11 @@ class ModelConfig:
   num_kv_heads: int = 4
   head_dim: int = 32
   rope_theta: float = 1_000_000.0
+  rope_scaling: Optional[RopeScaling] = None
   rms_norm_eps: float = 1e-6
   tie_embeddings: bool = True
   qkv_bias: bool = False
+  o_proj_bias: bool = False
   qk_norm: bool = True
   param_dtype: str = "float32"
   dtype: str = "float32"
@@ -73,6 +111,8 @@ class ModelConfig:
                        f"model.num_kv_heads ({self.num_kv_heads})")
     if self.head_dim % 2:
       raise ValueError(f"model.head_dim must be even for rotary embeddings, got {self.head_dim}")
+    if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+      raise ValueError(f"model.rope_scaling must be None or a RopeScaling, got {self.rope_scaling!r}")
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in DTYPES:
         raise ValueError(f"model.{name} must be one of {sorted(DTYPES)}, got {getattr(self, name)!r}")
@@ -95,6 +135,8 @@ class ModelConfig:
     attn = d * h * hd + 2 * d * k * hd + h * hd * d
     if self.qkv_bias:
       attn += h * hd + 2 * k * hd
+    if self.o_proj_bias:
+      attn += d
     if self.qk_norm:
       attn += 2 * hd
     block = attn + 3 * d * f + 2 * d

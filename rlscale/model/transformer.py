@@ -13,8 +13,9 @@ from typing import NamedTuple, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from rlscale.model.config import ModelConfig
+from rlscale.model.config import ModelConfig, RopeScaling
 
 
 class KVCache(NamedTuple):
@@ -58,6 +59,23 @@ def causal_attention_mask(input_mask: jax.Array) -> jax.Array:
   return (causal[None] & valid) | jnp.eye(t, dtype=bool)[None]
 
 
+def cache_attention_mask(slot_mask: jax.Array, cache_index: jax.Array, length: int) -> jax.Array:
+  """Attention mask for `length` queries written into a KV cache at slots cache_index.. .
+
+  Args:
+    slot_mask: [B, S] {0,1}, 1 where a cache slot holds (or is now receiving) a real token.
+    cache_index: int32 scalar, the slot of the first query.
+    length: T, number of queries (the prompt length at prefill, 1 per decode step).
+  Returns [B, T, S] bool: query t (at slot cache_index + t) sees slot s iff s <= cache_index + t and
+  s is real; it always sees its own slot, so a padding query never has an empty softmax row. With
+  cache_index = 0 and S = T this equals `causal_attention_mask`.
+  """
+  query_slots = cache_index + jnp.arange(length)[:, None]  # [T, 1]
+  slots = jnp.arange(slot_mask.shape[-1])[None, :]  # [1, S]
+  causal = (slots <= query_slots)[None] & slot_mask.astype(bool)[:, None, :]
+  return causal | (slots == query_slots)[None]
+
+
 class RMSNorm(nn.Module):
   """RMSNorm (Zhang & Sennrich 2019) computed in float32: x / rms(x) * weight."""
   eps: float
@@ -71,11 +89,35 @@ class RMSNorm(nn.Module):
     return (normed * weight.astype(jnp.float32)).astype(x.dtype)
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-  """Rotary embedding, HF "rotate half" layout: x [B, T, N, D], positions [B, T] int32."""
+def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[RopeScaling] = None) -> np.ndarray:
+  """Rotary inverse frequencies [D/2] float32: theta^(-2i/D) (Su et al. 2021, RoFormer).
+
+  With `scaling` (HF rope_type "llama3"): frequencies whose wavelength 2*pi/f exceeds
+  original_max_position/low_freq_factor are divided by `factor`; wavelengths below
+  original_max_position/high_freq_factor are kept; in between, f * ((1 - s)/factor + s) with
+  s = (original_max_position/wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor).
+  Computed in numpy at trace time (a constant of the compiled program).
+  """
+  inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+  inv_freq = inv_freq.astype(np.float32)
+  if scaling is None:
+    return inv_freq
+  wavelen = 2 * np.pi / inv_freq
+  low_freq_wavelen = scaling.original_max_position / scaling.low_freq_factor
+  high_freq_wavelen = scaling.original_max_position / scaling.high_freq_factor
+  smooth = ((scaling.original_max_position / wavelen - scaling.low_freq_factor)
+            / (scaling.high_freq_factor - scaling.low_freq_factor))
+  smoothed = inv_freq * ((1 - smooth) / scaling.factor + smooth)
+  scaled = np.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor,
+                    np.where(wavelen < high_freq_wavelen, inv_freq, smoothed))
+  return scaled.astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+  """Rotary embedding, HF "rotate half" layout: x [B, T, N, D], positions [B, T] int32,
+  inv_freq [D/2] float32 from `rope_inv_freq`. Rotation in float32, result in x.dtype."""
   d = x.shape[-1]
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
-  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
+  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, D/2]
   cos = jnp.cos(angles)[:, :, None, :]
   sin = jnp.sin(angles)[:, :, None, :]
   x32 = x.astype(jnp.float32)
@@ -85,7 +127,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
 
 
 class Attention(nn.Module):
-  """Grouped-query self-attention with optional q/k/v bias and q/k RMSNorm."""
+  """Grouped-query self-attention with optional q/k/v/o bias and q/k RMSNorm."""
   config: ModelConfig
 
   @nn.compact
@@ -100,8 +142,9 @@ class Attention(nn.Module):
     if c.qk_norm:
       q = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="q_norm")(q)
       k = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="k_norm")(k)
-    q = apply_rope(q, positions, c.rope_theta)
-    k = apply_rope(k, positions, c.rope_theta)
+    inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
+    q = apply_rope(q, positions, inv_freq)
+    k = apply_rope(k, positions, inv_freq)
     new_cache = None
     if layer_cache is not None:
       cache_k, cache_v = layer_cache
@@ -115,7 +158,7 @@ class Attention(nn.Module):
     scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, c.num_heads * c.head_dim)
-    return dense(c.hidden_size, False, "o_proj")(out), new_cache
+    return dense(c.hidden_size, c.o_proj_bias, "o_proj")(out), new_cache
 
 
 class MLP(nn.Module):
@@ -183,10 +226,13 @@ class Transformer(nn.Module):
 
 
 def init_params(config: ModelConfig, rng: jax.Array) -> dict:
-  """Random parameters (normal(0.02) embeddings, lecun-normal dense kernels) for `config`."""
+  """Random parameters (normal(0.02) embeddings, lecun-normal dense kernels, zero value head).
+
+  Jitted because initialising op by op compiles every primitive separately (~3x slower on CPU)."""
   tokens = jnp.zeros((1, 2), jnp.int32)
   mask = causal_attention_mask(jnp.ones((1, 2), jnp.int32))
-  return Transformer(config).init(rng, tokens, positions_from_mask(jnp.ones((1, 2))), mask)["params"]
+  init = jax.jit(Transformer(config).init)
+  return init(rng, tokens, positions_from_mask(jnp.ones((1, 2))), mask)["params"]
 
 
 def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Array) -> ModelOutput:

@@ -1,0 +1,172 @@
+"""Correctness of the Flax transformer: KV-cache decode, left padding, value head, bf16, RoPE."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlscale.model import transformer as tfm
+from rlscale.model.config import ModelConfig, RopeScaling
+
+V = 61
+
+
+def _config(**overrides) -> ModelConfig:
+  base = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4,
+              num_kv_heads=2, head_dim=8, rope_theta=10_000.0)
+  base.update(overrides)
+  return ModelConfig(**base)
+
+
+def _params(config: ModelConfig, seed: int = 0) -> dict:
+  """Random params of the right shapes: unit-scale embeddings so logits are O(1) and differences
+  show up, norm weights near 1, nonzero biases. numpy-filled (jitting init costs ~2 s per config)."""
+  shapes = jax.eval_shape(lambda key: tfm.init_params(config, key), jax.random.PRNGKey(0))
+  rng = np.random.default_rng(seed)
+
+  def fill(path, leaf):
+    name = jax.tree_util.keystr(path)
+    if "norm" in name:
+      values = 1.0 + 0.1 * rng.standard_normal(leaf.shape)
+    elif "embedding" in name:
+      values = rng.standard_normal(leaf.shape)
+    else:
+      values = rng.standard_normal(leaf.shape) / np.sqrt(leaf.shape[0])
+    return jnp.asarray(values, leaf.dtype)
+
+  return jax.tree_util.tree_map_with_path(fill, shapes)
+
+
+_forward = jax.jit(tfm.forward, static_argnums=1)
+
+
+def _left_padded_batch(rng: np.random.Generator, lengths, total):
+  """Rows of random tokens right-aligned in [B, total]; pad slots hold token 0."""
+  tokens = np.zeros((len(lengths), total), np.int32)
+  mask = np.zeros((len(lengths), total), np.int32)
+  for row, n in enumerate(lengths):
+    tokens[row, total - n:] = rng.integers(1, V, size=n)
+    mask[row, total - n:] = 1
+  return jnp.asarray(tokens), jnp.asarray(mask)
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(qk_norm=False, qkv_bias=True, tie_embeddings=False)])
+def test_cached_decode_matches_full_forward_every_step(overrides):
+  config = _config(**overrides)
+  params = _params(config)
+  rng = np.random.default_rng(0)
+  prompt_len, steps = 6, 5
+  prompt, prompt_mask = _left_padded_batch(rng, [6, 3, 1], prompt_len)
+  new_tokens = jnp.asarray(rng.integers(1, V, size=(3, steps)), jnp.int32)
+  slots = prompt_len + steps
+  slot_mask = jnp.concatenate([prompt_mask, jnp.ones((3, steps), jnp.int32)], axis=1)
+  # Reference: one causal forward over prompt + every decoded token; causality makes position
+  # prompt_len - 1 + i the prediction made after i decoded tokens.
+  full = _forward(params, config, jnp.concatenate([prompt, new_tokens], axis=1), slot_mask).logits
+
+  @jax.jit
+  def cached(params, tokens, positions, cache, index):
+    mask = tfm.cache_attention_mask(slot_mask, index, tokens.shape[1])
+    return tfm.Transformer(config).apply({"params": params}, tokens, positions, mask, cache=cache,
+                                         cache_index=index)
+
+  out = cached(params, prompt, tfm.positions_from_mask(prompt_mask),
+               tfm.init_cache(config, batch=3, length=slots), 0)
+  real = prompt_mask[..., None].astype(bool)
+  np.testing.assert_allclose(jnp.where(real, out.logits, 0), jnp.where(real, full[:, :prompt_len], 0),
+                             atol=1e-5, rtol=1e-5)
+  cache, num_real = out.cache, prompt_mask.sum(axis=1)
+  for i in range(steps):
+    out = cached(params, new_tokens[:, i:i + 1], (num_real + i)[:, None], cache, prompt_len + i)
+    cache = out.cache
+    np.testing.assert_allclose(out.logits[:, 0], full[:, prompt_len + i], atol=1e-5, rtol=1e-5)
+  # The comparison is meaningful: the logits differ across rows and vocabulary.
+  assert float(jnp.std(out.logits)) > 0.3
+
+
+def test_cache_attention_mask_equals_causal_mask_without_offset():
+  mask = jnp.asarray([[0, 0, 1, 1], [1, 1, 1, 1]], jnp.int32)
+  np.testing.assert_array_equal(tfm.cache_attention_mask(mask, 0, 4), tfm.causal_attention_mask(mask))
+  # One decode query at slot 2 of [pad, real, real(now), empty]: sees slots 1 and 2 only.
+  got = tfm.cache_attention_mask(jnp.asarray([[0, 1, 1, 0]]), 2, 1)
+  np.testing.assert_array_equal(got, [[[False, True, True, False]]])
+
+
+def test_left_padding_does_not_change_real_token_logits():
+  config = _config()
+  params = _params(config, seed=1)
+  rng = np.random.default_rng(1)
+  tokens, mask = _left_padded_batch(rng, [7, 4, 2], 7)
+  batched = _forward(params, config, tokens, mask).logits
+  for row, n in [(1, 4), (2, 2)]:
+    alone = _forward(params, config, tokens[row:row + 1, 7 - n:], mask[row:row + 1, 7 - n:]).logits
+    np.testing.assert_allclose(batched[row, 7 - n:], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_positions_from_mask_counts_real_tokens():
+  mask = jnp.asarray([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+  np.testing.assert_array_equal(tfm.positions_from_mask(mask), [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
+
+
+def test_value_head_shape_zero_init_and_independent_of_logits():
+  config = _config(value_head=True)
+  params = dict(tfm.init_params(config, jax.random.PRNGKey(0)))
+  head = params["value_head"]
+  assert head["kernel"].shape == (32, 1) and head["bias"].shape == (1,)
+  tokens, mask = _left_padded_batch(np.random.default_rng(2), [5, 3], 5)
+  out = _forward(params, config, tokens, mask)
+  assert out.values.shape == (2, 5) and out.values.dtype == jnp.float32
+  np.testing.assert_array_equal(out.values, np.zeros((2, 5)))
+  # The value head reads the final hidden state and does not touch the logits.
+  no_head = {k: v for k, v in params.items() if k != "value_head"}
+  np.testing.assert_array_equal(out.logits, _forward(no_head, _config(), tokens, mask).logits)
+  params["value_head"] = {"kernel": jnp.ones((32, 1)), "bias": jnp.full((1,), 0.5)}
+  values = _forward(params, config, tokens, mask).values
+  assert float(jnp.std(values)) > 0.1
+  # Without a value head the field is None.
+  assert _forward(no_head, _config(), tokens, mask).values is None
+
+
+def test_bf16_compute_is_close_to_f32():
+  config = _config()
+  params = _params(config, seed=3)
+  tokens, mask = _left_padded_batch(np.random.default_rng(3), [6, 4], 6)
+  ref = _forward(params, config, tokens, mask).logits
+  for dtype, param_dtype in [("bfloat16", "float32"), ("bfloat16", "bfloat16")]:
+    cfg = config.replace(dtype=dtype, param_dtype=param_dtype)
+    cast = jax.tree_util.tree_map(lambda x: x.astype(cfg.jnp_param_dtype), params)
+    got = _forward(cast, cfg, tokens, mask).logits
+    assert got.dtype == jnp.float32
+    real = mask.astype(bool)
+    err = np.abs(np.asarray(got - ref))[real].max()
+    scale = np.abs(np.asarray(ref))[real].max()
+    # bf16 has an 8-bit mantissa (relative step 2^-8 = 0.4%); a few roundings per layer stay < 5%.
+    assert err < 0.05 * scale, (dtype, param_dtype, err, scale)
+    assert err > 0  # it really computed in bf16
+
+
+def test_rope_inv_freq_plain_and_llama3_by_hand():
+  np.testing.assert_allclose(tfm.rope_inv_freq(8, 10_000.0), [1.0, 0.1, 0.01, 0.001], rtol=1e-6)
+  scaling = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=1024)
+  # Wavelengths 2*pi/f: 6.3 and 63 < 1024/4 kept; 6283 > 1024/1 divided by 8; 628 interpolated with
+  # s = (1024/628.3 - 1)/3 = 0.20993 -> 0.01 * ((1 - s)/8 + s).
+  s = (1024 / (2 * np.pi / 0.01) - 1) / 3
+  expected = [1.0, 0.1, 0.01 * ((1 - s) / 8 + s), 0.001 / 8]
+  np.testing.assert_allclose(tfm.rope_inv_freq(8, 10_000.0, scaling), expected, rtol=1e-5)
+
+
+def test_rope_rotation_preserves_norm_and_relative_position():
+  x = jax.random.normal(jax.random.PRNGKey(0), (1, 2, 1, 8))
+  inv_freq = tfm.rope_inv_freq(8, 10_000.0)
+  a = tfm.apply_rope(x, jnp.asarray([[3, 5]]), inv_freq)
+  b = tfm.apply_rope(x, jnp.asarray([[10, 12]]), inv_freq)
+  np.testing.assert_allclose(jnp.linalg.norm(a, axis=-1), jnp.linalg.norm(x, axis=-1), rtol=1e-5)
+  # <q_m, k_n> depends only on m - n.
+  np.testing.assert_allclose(jnp.sum(a[0, 0] * a[0, 1]), jnp.sum(b[0, 0] * b[0, 1]), rtol=1e-4)
+
+
+def test_rope_scaling_must_be_a_rope_scaling():
+  with pytest.raises(ValueError, match="rope_scaling"):
+    _config(rope_scaling={"factor": 8.0})
+  with pytest.raises(ValueError, match="high_freq_factor"):
+    RopeScaling(factor=8.0, low_freq_factor=4.0, high_freq_factor=1.0, original_max_position=8192)
