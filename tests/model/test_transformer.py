@@ -18,25 +18,6 @@ def _config(**overrides) -> ModelConfig:
   return ModelConfig(**base)
 
 
-def _params(config: ModelConfig, seed: int = 0) -> dict:
-  """Random params of the right shapes: unit-scale embeddings so logits are O(1) and differences
-  show up, norm weights near 1, nonzero biases. numpy-filled (jitting init costs ~2 s per config)."""
-  shapes = jax.eval_shape(lambda key: tfm.init_params(config, key), jax.random.PRNGKey(0))
-  rng = np.random.default_rng(seed)
-
-  def fill(path, leaf):
-    name = jax.tree_util.keystr(path)
-    if "norm" in name:
-      values = 1.0 + 0.1 * rng.standard_normal(leaf.shape)
-    elif "embedding" in name:
-      values = rng.standard_normal(leaf.shape)
-    else:
-      values = rng.standard_normal(leaf.shape) / np.sqrt(leaf.shape[0])
-    return jnp.asarray(values, leaf.dtype)
-
-  return jax.tree_util.tree_map_with_path(fill, shapes)
-
-
 _forward = jax.jit(tfm.forward, static_argnums=1)
 
 
@@ -51,9 +32,9 @@ def _left_padded_batch(rng: np.random.Generator, lengths, total):
 
 
 @pytest.mark.parametrize("overrides", [{}, dict(qk_norm=False, qkv_bias=True, tie_embeddings=False)])
-def test_cached_decode_matches_full_forward_every_step(overrides):
+def test_cached_decode_matches_full_forward_every_step(overrides, random_params):
   config = _config(**overrides)
-  params = _params(config)
+  params = random_params(config)
   rng = np.random.default_rng(0)
   prompt_len, steps = 6, 5
   prompt, prompt_mask = _left_padded_batch(rng, [6, 3, 1], prompt_len)
@@ -92,9 +73,9 @@ def test_cache_attention_mask_equals_causal_mask_without_offset():
   np.testing.assert_array_equal(got, [[[False, True, True, False]]])
 
 
-def test_left_padding_does_not_change_real_token_logits():
+def test_left_padding_does_not_change_real_token_logits(random_params):
   config = _config()
-  params = _params(config, seed=1)
+  params = random_params(config, seed=1)
   rng = np.random.default_rng(1)
   tokens, mask = _left_padded_batch(rng, [7, 4, 2], 7)
   batched = _forward(params, config, tokens, mask).logits
@@ -127,9 +108,9 @@ def test_value_head_shape_zero_init_and_independent_of_logits():
   assert _forward(no_head, _config(), tokens, mask).values is None
 
 
-def test_bf16_compute_is_close_to_f32():
+def test_bf16_compute_is_close_to_f32(random_params):
   config = _config()
-  params = _params(config, seed=3)
+  params = random_params(config, seed=3)
   tokens, mask = _left_padded_batch(np.random.default_rng(3), [6, 4], 6)
   ref = _forward(params, config, tokens, mask).logits
   for dtype, param_dtype in [("bfloat16", "float32"), ("bfloat16", "bfloat16")]:
