@@ -1,0 +1,208 @@
+"""Local math datasets (GSM8K- or MATH-style JSONL) prepared once into a TFDS array_record dataset.
+
+Input rows, one JSON object per line:
+  * GSM8K style: {"question": ..., "answer": "... reasoning ...\\n#### 72"}
+  * MATH style:  {"problem": ..., "solution": "... \\\\boxed{\\\\frac{1}{2}} ..."} (an explicit
+    "answer" field, when present, takes precedence over the boxed one).
+`LocalMathBuilder` (a `tfds.core.GeneratorBasedBuilder`, `file_format="array_record"`) writes
+them once under `data_dir/rlscale_local_math/<content hash>/`; later runs reuse the prepared
+files and read them by random access with `builder.as_data_source` (no TensorFlow needed).
+Nothing is downloaded. Held-out rows are chosen by question hash (`rlscale.tasks.holdout`) and
+stored with a `held_out` flag; training position i is row `perm_e[i % n]` of the training rows,
+where `perm_e` is a seeded permutation for epoch e = i // n.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from rlscale.tasks import base
+from rlscale.tasks import extract
+from rlscale.tasks import holdout
+from rlscale.tasks import verifier
+
+SPLIT = "full"
+_FORMATS_HINT = ("GSM8K-style rows {\"question\": ..., \"answer\": \"...\\n#### 72\"} or "
+                 "MATH-style rows {\"problem\": ..., \"solution\": \"...\\\\boxed{...}\"}")
+
+
+def parse_row(row: Any, where: str) -> dict[str, str]:
+  """One JSONL row -> {"question", "answer" (final answer), "solution" (full text)}.
+
+  Raises:
+    ValueError: the row is neither GSM8K- nor MATH-style, or has no final answer.
+  """
+  if isinstance(row, dict) and isinstance(row.get("question"), str) and isinstance(
+      row.get("answer"), str):
+    final = extract.gsm8k(row["answer"])
+    if final is None:
+      raise ValueError(f"{where}: GSM8K-style 'answer' has no '#### N' line")
+    return {"question": row["question"], "answer": final.strip(), "solution": row["answer"]}
+  if isinstance(row, dict) and isinstance(row.get("problem"), str) and isinstance(
+      row.get("solution"), str):
+    final = row.get("answer")
+    if not isinstance(final, str):
+      try:
+        final = extract.last_boxed(row["solution"])
+      except extract.ExtractionError as e:
+        raise ValueError(f"{where}: {e}") from None
+    if not final:
+      raise ValueError(f"{where}: MATH-style 'solution' has no \\boxed{{...}} answer")
+    return {"question": row["problem"], "answer": final.strip(), "solution": row["solution"]}
+  keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+  raise ValueError(f"{where}: expected {_FORMATS_HINT}; got {keys}")
+
+
+def read_jsonl(path: str) -> list[dict[str, str]]:
+  """All rows of a GSM8K/MATH JSONL file, parsed by `parse_row` (blank lines skipped).
+
+  Raises:
+    ValueError: invalid JSON or an unrecognised row (the message gives path:line).
+  """
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+      rows.append(parse_row(row, f"{path}:{number}"))
+  if not rows:
+    raise ValueError(f"{path} has no rows; expected {_FORMATS_HINT}")
+  return rows
+
+
+class LocalMathBuilder(tfds.core.GeneratorBasedBuilder):
+  """TFDS builder for one local JSONL file; the builder config name is a content hash.
+
+  Args:
+    jsonl_path: the JSONL file.
+    holdout_fraction: share of question space flagged `held_out`.
+    **kwargs: passed to GeneratorBasedBuilder (data_dir, file_format="array_record").
+  """
+
+  name = "rlscale_local_math"
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "GSM8K/MATH JSONL with a held_out flag."}
+
+  def __init__(self, *, jsonl_path: str, holdout_fraction: float, **kwargs):
+    self._jsonl_path = jsonl_path
+    self._holdout_fraction = holdout_fraction
+    with open(jsonl_path, "rb") as f:
+      digest = hashlib.sha256(f.read() + repr(holdout_fraction).encode()).hexdigest()[:16]
+    config = tfds.core.BuilderConfig(name=f"sha{digest}",
+                                     description=f"{os.path.basename(jsonl_path)}")
+    super().__init__(config=config, **kwargs)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description="Local GSM8K/MATH-style math problems (rlscale).",
+        features=tfds.features.FeaturesDict({
+            "question": tfds.features.Text(), "answer": tfds.features.Text(),
+            "solution": tfds.features.Text(), "index": np.int64, "held_out": np.bool_}))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager  # nothing is downloaded
+    return {SPLIT: self._generate_examples()}
+
+  def _generate_examples(self):
+    for index, row in enumerate(read_jsonl(self._jsonl_path)):
+      yield index, dict(row, index=index,
+                        held_out=holdout.is_held_out(row["question"], self._holdout_fraction))
+
+
+def _text(value: Any) -> str:
+  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class LocalMathSource(base.TaskSource):
+  """A task source over a prepared local JSONL dataset.
+
+  Args:
+    data_path: the JSONL file (GSM8K or MATH style).
+    seed: run seed (order of the training stream).
+    data_dir: where TFDS writes the prepared dataset (default: `<dir of data_path>/tfds`).
+    holdout_fraction: share of question space held out for evaluation, in (0, 0.5].
+    prompt_template, target_template, verifier_config: see `base.TaskSource`.
+
+  Raises:
+    ValueError: data_path unset, or the file has unrecognised rows or no training rows.
+    FileNotFoundError: data_path does not exist (the message says what to put there).
+  """
+
+  def __init__(self, data_path: Optional[str], *, seed: int, data_dir: Optional[str] = None,
+               holdout_fraction: float = 0.1, prompt_template: str = "{question}\nAnswer:",
+               target_template: str = "{answer}",
+               verifier_config: Optional[verifier.VerifierConfig] = None):
+    super().__init__(prompt_template=prompt_template, target_template=target_template,
+                     verifier_config=verifier_config)
+    if not data_path:
+      raise ValueError("task.data_path must be set for task.source='local_math' "
+                       f"(a JSONL file of {_FORMATS_HINT})")
+    data_path = os.path.abspath(os.path.expanduser(data_path))
+    if not os.path.isfile(data_path):
+      raise FileNotFoundError(
+          f"task.data_path={data_path} does not exist. Put a JSONL file there with "
+          f"{_FORMATS_HINT}, one per line (e.g. GSM8K's train.jsonl); nothing is downloaded.")
+    self.seed = int(seed)
+    self.holdout_fraction = holdout.check_fraction(holdout_fraction)
+    data_dir = data_dir or os.path.join(os.path.dirname(data_path), "tfds")
+    tfds.disable_progress_bar()
+    builder = LocalMathBuilder(jsonl_path=data_path, holdout_fraction=self.holdout_fraction,
+                               data_dir=data_dir, file_format="array_record")
+    builder.download_and_prepare()
+    self.builder = builder
+    self._source = builder.as_data_source(SPLIT)
+    self._train, self._eval = self._partition()
+    if not self._train:
+      raise ValueError(f"{data_path}: every row is held out; lower task.holdout_fraction")
+    self._permutation: tuple[int, np.ndarray] = (-1, np.zeros(0, np.int64))
+
+  def _partition(self) -> tuple[list[int], list[int]]:
+    """Data-source positions of training and held-out rows, each in file order."""
+    train, held = [], []
+    for position in range(len(self._source)):
+      record = self._source[position]
+      (held if record["held_out"] else train).append((int(record["index"]), position))
+    return [p for _, p in sorted(train)], [p for _, p in sorted(held)]
+
+  def _example(self, position: int) -> base.Example:
+    record = self._source[position]
+    return base.Example(prompt=_text(record["question"]), answer=_text(record["answer"]),
+                        metadata={"solution": _text(record["solution"]),
+                                  "index": int(record["index"])})
+
+  def train_example(self, index: int) -> base.Example:
+    """Training row at stream position `index` (seeded permutation per epoch)."""
+    index = base.check_index(index)
+    epoch, offset = divmod(index, len(self._train))
+    if self._permutation[0] != epoch:
+      rng = np.random.default_rng(holdout.stable_seed(self.seed, "local_math", epoch))
+      self._permutation = (epoch, rng.permutation(len(self._train)))
+    return self._example(self._train[int(self._permutation[1][offset])])
+
+  def eval_examples(self, n: int) -> list[base.Example]:
+    """The first `n` held-out rows in file order.
+
+    Raises:
+      ValueError: the file has fewer than `n` held-out rows.
+    """
+    n = base.check_count(n, "task.eval_size")
+    if n > len(self._eval):
+      raise ValueError(f"task.eval_size={n} but the file has only {len(self._eval)} held-out "
+                       f"rows (task.holdout_fraction={self.holdout_fraction})")
+    return [self._example(p) for p in self._eval[:n]]
+
+  @property
+  def num_train(self) -> int:
+    """Number of training rows (one epoch of the stream)."""
+    return len(self._train)

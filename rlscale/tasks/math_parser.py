@@ -1,0 +1,393 @@
+"""A whitelist parser from answer text (plain math or simple LaTeX) to sympy objects.
+
+Model output is untrusted, so it never reaches `eval`, `exec`, `sympify` or `parse_expr`. This
+module tokenizes the normalised answer with its own lexer, in which every character and command
+must be on a whitelist (digits, ASCII letters, `+-*/^()[]{},=%`, `\\frac`, `\\sqrt`, `\\pi`,
+`\\cdot`, trig/log functions, Greek letters), and builds the expression with sympy constructors
+(`Integer`, `Rational`, `Symbol`, `Add`, `Mul`, `Pow`, ...) by recursive descent. Anything else is
+a `ParseError`. Sizes are bounded before sympy does any arithmetic: at most `MAX_TOKENS` tokens,
+`MAX_DIGITS` digits per number, nesting depth `MAX_DEPTH`, numeric exponents of magnitude at most
+`MAX_EXPONENT` and exact integer powers of at most `MAX_POWER_BITS` bits, so `9^9^9^9` is refused
+before it is computed. (The verifier additionally runs this in a worker process with a hard time
+limit.)
+
+Conventions: implicit multiplication (`2x`, `2\\sqrt{2}`, `(x+1)(x-1)`, `xy`) except before a
+number; `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
+a top-level comma list is an ordered tuple; `a = b` is an equation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fractions
+import re
+from typing import Optional
+
+import sympy
+
+MAX_TOKENS = 256
+MAX_DIGITS = 64
+MAX_DEPTH = 48
+MAX_EXPONENT = 1000
+MAX_POWER_BITS = 20000
+MAX_SCI_EXPONENT = 300
+
+
+class ParseError(ValueError):
+  """The text is not in the whitelisted grammar, or exceeds a size bound."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+  """A parsed answer.
+
+  Attributes:
+    value: sympy Expr, `sympy.Eq` (unevaluated) or `sympy.Tuple` of those.
+    decimal: True if any number was written with a decimal point or exponent (the verifier then
+      compares with the relative tolerance).
+    percent: True if a `%` appeared.
+  """
+  value: sympy.Basic
+  decimal: bool
+  percent: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Token:
+  kind: str  # "num", "sym", "const", "func", "op"
+  text: str
+
+
+_NUM_RE = re.compile(
+    r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d{1,3}(?: \d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][+-]?\d+)?"
+    r"|\.\d+(?:[eE][+-]?\d+)?", re.ASCII)
+_LETTERS_RE = re.compile(r"[A-Za-z]+")
+_COMMAND_RE = re.compile(r"\\([A-Za-z]+)")
+_FUNCTIONS = {
+    "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "cot": sympy.cot, "sec": sympy.sec,
+    "csc": sympy.csc, "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan,
+    "ln": sympy.log, "log": sympy.log, "exp": sympy.exp,
+}
+_CONSTANTS = {"pi": sympy.pi, "infty": sympy.oo, "e": sympy.E}
+_GREEK = frozenset(
+    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu "
+    "xi rho sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Phi Psi "
+    "Omega".split())
+# Words recognised inside a run of plain letters ("sqrt2", "sinx"), longest first.
+_PLAIN_WORDS = sorted(["sqrt", "pi", *_FUNCTIONS], key=len, reverse=True)
+_OPERATORS = frozenset("+-*/^(){}[],=%")
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
+
+
+def tokenize(text: str) -> list[_Token]:
+  """Splits normalised answer text into whitelisted tokens.
+
+  Raises:
+    ParseError: a character or command off the whitelist, a number with more than MAX_DIGITS
+      digits, or more than MAX_TOKENS tokens.
+  """
+  tokens: list[_Token] = []
+  pos, n = 0, len(text)
+  while pos < n:
+    c = text[pos]
+    if c in " \t\n\r":
+      pos += 1
+      continue
+    if c.isascii() and (c.isdigit() or c == "." and text[pos + 1:pos + 2].isdigit()):
+      m = _NUM_RE.match(text, pos)
+      _check_number(m.group(0))
+      tokens.append(_Token("num", m.group(0)))
+      pos = m.end()
+    elif c == "\\":
+      m = _COMMAND_RE.match(text, pos)
+      if not m:
+        raise ParseError(f"unsupported LaTeX {text[pos:pos + 2]!r}")
+      tokens.append(_command(m.group(1)))
+      pos = m.end()
+    elif c.isascii() and c.isalpha():
+      m = _LETTERS_RE.match(text, pos)
+      tokens.extend(_letters(m.group(0)))
+      pos = m.end()
+    elif text.startswith("**", pos):
+      tokens.append(_Token("op", "^"))
+      pos += 2
+    elif c in _OPERATORS:
+      tokens.append(_Token("op", c))
+      pos += 1
+    else:
+      raise ParseError(f"unsupported character {c!r}")
+    if len(tokens) > MAX_TOKENS:
+      raise ParseError(f"more than {MAX_TOKENS} tokens")
+  return tokens
+
+
+def _check_number(text: str) -> None:
+  mantissa, _, exponent = text.lower().partition("e")
+  if sum(ch.isdigit() for ch in mantissa) > MAX_DIGITS:
+    raise ParseError(f"number with more than {MAX_DIGITS} digits")
+  if exponent and abs(int(exponent)) > MAX_SCI_EXPONENT:
+    raise ParseError(f"scientific exponent beyond +-{MAX_SCI_EXPONENT}")
+
+
+def _command(name: str) -> _Token:
+  if name in ("frac", "sqrt") or name in _FUNCTIONS:
+    return _Token("func", name)
+  if name in ("pi", "infty"):
+    return _Token("const", name)
+  if name in _GREEK:
+    return _Token("sym", name)
+  if name in ("cdot", "times", "ast"):
+    return _Token("op", "*")
+  if name == "div":
+    return _Token("op", "/")
+  raise ParseError(f"unsupported command \\{name}")
+
+
+def _letters(run: str) -> list[_Token]:
+  """Splits a run of letters into known words and single-letter symbols ("sqrtx" -> sqrt, x)."""
+  out, i = [], 0
+  while i < len(run):
+    word = next((w for w in _PLAIN_WORDS if run.startswith(w, i)), None)
+    if word:
+      out.append(_Token("const" if word == "pi" else "func", word))
+      i += len(word)
+    else:
+      out.append(_Token("const" if run[i] == "e" else "sym", run[i]))
+      i += 1
+  return out
+
+
+def _number(text: str) -> sympy.Rational:
+  value = fractions.Fraction(text.replace(",", "").replace(" ", ""))
+  return sympy.Rational(value.numerator, value.denominator)
+
+
+def _short(value: sympy.Basic, limit: int = 24) -> str:
+  text = str(value)
+  return text if len(text) <= limit else text[:limit] + "..."
+
+
+def checked_pow(base: sympy.Expr, exponent: sympy.Expr) -> sympy.Expr:
+  """`base ** exponent`, refusing sizes that would make sympy compute huge numbers.
+
+  Raises:
+    ParseError: a numeric exponent that is not real or exceeds MAX_EXPONENT in magnitude, or an
+      exact rational power with more than MAX_POWER_BITS bits.
+  """
+  if exponent.is_number:
+    value = exponent.evalf(15)
+    if not value.is_real or not value.is_finite:
+      raise ParseError("exponent is not a finite real number")
+    if abs(value) > MAX_EXPONENT:
+      raise ParseError(f"exponent {_short(exponent)} beyond +-{MAX_EXPONENT}")
+    if isinstance(base, sympy.Rational) and isinstance(exponent, sympy.Integer):
+      bits = abs(int(exponent)) * max(int(base.p).bit_length(), int(base.q).bit_length())
+      if bits > MAX_POWER_BITS:
+        raise ParseError(f"power {_short(base)}^{_short(exponent)} has more than "
+                         f"{MAX_POWER_BITS} bits")
+  return sympy.Pow(base, exponent)
+
+
+def _expr(value: sympy.Basic) -> sympy.Expr:
+  """Operand check: tuples and equations may only stand alone, never inside arithmetic."""
+  if not isinstance(value, sympy.Expr):
+    raise ParseError("arithmetic on a tuple or equation")
+  return value
+
+
+class _Parser:
+  """Recursive descent over the token list; one instance per parse."""
+
+  def __init__(self, tokens: list[_Token], percent_mode: str):
+    self.tokens = tokens
+    self.pos = 0
+    self.depth = 0
+    self.percent_mode = percent_mode
+    self.decimal = False
+    self.percent = False
+
+  # --- token helpers
+  def peek(self) -> Optional[_Token]:
+    return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+  def at_op(self, *ops: str) -> bool:
+    t = self.peek()
+    return t is not None and t.kind == "op" and t.text in ops
+
+  def take(self) -> _Token:
+    t = self.peek()
+    if t is None:
+      raise ParseError("unexpected end of answer")
+    self.pos += 1
+    return t
+
+  def expect(self, op: str) -> None:
+    t = self.take()
+    if t.kind != "op" or t.text != op:
+      raise ParseError(f"expected {op!r}, found {t.text!r}")
+
+  def enter(self) -> None:
+    self.depth += 1
+    if self.depth > MAX_DEPTH:
+      raise ParseError(f"nesting deeper than {MAX_DEPTH}")
+
+  # --- grammar
+  def parse(self) -> sympy.Basic:
+    if not self.tokens:
+      raise ParseError("empty answer")
+    value = self.comma_list()
+    if self.peek() is not None:
+      raise ParseError(f"unexpected {self.peek().text!r}")
+    return value
+
+  def comma_list(self) -> sympy.Basic:
+    items = [self.equation()]
+    while self.at_op(","):
+      self.take()
+      items.append(self.equation())
+    return sympy.Tuple(*items) if len(items) > 1 else items[0]
+
+  def equation(self) -> sympy.Basic:
+    lhs = self.sum()
+    if not self.at_op("="):
+      return lhs
+    self.take()
+    rhs = self.sum()
+    if self.at_op("="):
+      raise ParseError("chained equation")
+    return sympy.Eq(lhs, rhs, evaluate=False)
+
+  def sum(self) -> sympy.Expr:
+    terms = [self.term()]
+    while self.at_op("+", "-"):
+      op = self.take().text
+      term = self.term()
+      terms.append(term if op == "+" else -_expr(term))
+    return terms[0] if len(terms) == 1 else sympy.Add(*map(_expr, terms))
+
+  def term(self) -> sympy.Expr:
+    value = self.unary()
+    while True:
+      if self.at_op("*", "/"):
+        op = self.take().text
+        rhs = self.unary()
+        value = _expr(value) * _expr(rhs) if op == "*" else _expr(value) / _expr(rhs)
+      elif self.starts_implicit_factor():
+        value = _expr(value) * _expr(self.power())
+      else:
+        return value
+
+  def starts_implicit_factor(self) -> bool:
+    t = self.peek()
+    return t is not None and (t.kind in ("sym", "const", "func") or t.kind == "op" and
+                              t.text in "([{")
+
+  def unary(self) -> sympy.Expr:
+    if self.at_op("-", "+"):
+      self.enter()
+      sign = self.take().text
+      value = self.unary()
+      self.depth -= 1
+      return -_expr(value) if sign == "-" else value
+    return self.power()
+
+  def power(self) -> sympy.Expr:
+    base = self.postfix()
+    if self.at_op("^"):
+      self.take()
+      self.enter()
+      exponent = self.unary()  # right-associative: 2^3^2 = 2^(3^2)
+      self.depth -= 1
+      return checked_pow(_expr(base), _expr(exponent))
+    return base
+
+  def postfix(self) -> sympy.Expr:
+    value = self.atom()
+    while self.at_op("%"):
+      self.take()
+      self.percent = True
+      if self.percent_mode == "divide":
+        value = _expr(value) / 100
+    return value
+
+  def atom(self) -> sympy.Expr:
+    t = self.take()
+    if t.kind == "num":
+      self.decimal |= "." in t.text or "e" in t.text.lower()
+      return _number(t.text)
+    if t.kind == "sym":
+      return sympy.Symbol(t.text)
+    if t.kind == "const":
+      return _CONSTANTS[t.text]
+    if t.kind == "op" and t.text in _CLOSE:
+      self.enter()
+      value = self.comma_list()
+      self.expect(_CLOSE[t.text])
+      self.depth -= 1
+      return value
+    if t.kind == "func":
+      self.enter()
+      value = self.function(t.text)
+      self.depth -= 1
+      return value
+    raise ParseError(f"unexpected {t.text!r}")
+
+  def function(self, name: str) -> sympy.Expr:
+    if name == "frac":
+      numerator = _expr(self.argument())
+      return numerator / _expr(self.argument())
+    if name == "sqrt":
+      if self.at_op("["):
+        self.take()
+        index = self.sum()
+        self.expect("]")
+        if not (isinstance(index, sympy.Integer) and 2 <= index <= MAX_EXPONENT):
+          raise ParseError(f"root index must be an integer in [2, {MAX_EXPONENT}]")
+        return sympy.root(_expr(self.argument()), index)
+      return sympy.sqrt(_expr(self.argument()))
+    exponent = None
+    if self.at_op("^"):  # \sin^2 x = (\sin x)^2
+      self.take()
+      exponent = self.postfix()
+    t = self.peek()
+    arg = self.atom() if t is not None and t.kind == "op" and t.text in "([{" else self.power()
+    value = _FUNCTIONS[name](_expr(arg))
+    return checked_pow(value, _expr(exponent)) if exponent is not None else value
+
+  def argument(self) -> sympy.Expr:
+    """A LaTeX macro argument: `{...}`, or one token (`\\frac12` has arguments 1 and 2)."""
+    t = self.peek()
+    if t is not None and t.kind == "num" and len(t.text) > 1 and t.text[0].isdigit():
+      # \frac12: the lexer read "12"; the first argument is only its first digit.
+      self.tokens[self.pos] = _Token("num", t.text[1:])
+      if not t.text[1].isdigit():
+        raise ParseError(f"bad macro argument {t.text!r}")
+      return sympy.Integer(int(t.text[0]))
+    if t is not None and t.kind == "op" and t.text != "{":
+      raise ParseError(f"bad macro argument {t.text!r}")
+    return self.atom()
+
+
+def parse_math(text: str, *, percent_mode: str = "strip") -> Parsed:
+  """Parses a normalised answer into sympy.
+
+  Args:
+    text: output of `normalize.normalize_answer` (bounded in length by the caller).
+    percent_mode: "strip" reads `50%` as 50; "divide" reads it as 1/2.
+
+  Returns:
+    Parsed(value, decimal, percent).
+
+  Raises:
+    ParseError: off-whitelist text, a size bound exceeded, or an ill-formed expression (e.g.
+      arithmetic on a tuple).
+  """
+  if percent_mode not in ("strip", "divide"):
+    raise ValueError(f"percent_mode must be 'strip' or 'divide', got {percent_mode!r}")
+  parser = _Parser(tokenize(text), percent_mode)
+  try:
+    value = parser.parse()
+  except (TypeError, AttributeError, sympy.SympifyError) as e:
+    # e.g. "(1,2)*3": sympy refuses arithmetic on a Tuple.
+    raise ParseError(f"ill-formed expression ({type(e).__name__})") from None
+  return Parsed(value, parser.decimal, parser.percent)

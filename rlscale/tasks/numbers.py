@@ -1,0 +1,104 @@
+"""Fast path for plain numbers: exact rational arithmetic with `fractions.Fraction`, no sympy.
+
+Most rewards in the main job compare an integer with an integer ("17" vs "17"), so the verifier
+first tries to read both sides as a plain number: a signed integer or decimal (thousands commas
+or spaces allowed: "1,000", "1 000"), optionally with a trailing "%", a fraction "3/4", or a LaTeX
+fraction "\\frac{3}{4}" / "\\frac34". Only when either side is something else does the verifier
+pay for sympy in a worker process. Inputs longer than `MAX_CHARS` are left to the slow path, so
+no huge integer is ever built here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fractions
+import re
+from typing import Optional
+
+MAX_CHARS = 80
+_INT = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?!\d)|\d+)"
+_DECIMAL_RE = re.compile(rf"([+-]?)\s*({_INT}(?:\.\d*)?|\.\d+)\s*(%?)")
+_SLASH_RE = re.compile(r"([+-]?)\s*(\d+)\s*/\s*(\d+)")
+_LATEX_FRAC_RE = re.compile(
+    r"([+-]?)\s*\\frac\s*(?:\{\s*([+-]?)\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlainNumber:
+  """An exactly-read number.
+
+  Attributes:
+    value: exact rational value (a decimal like 0.1 is exactly 1/10).
+    decimal: True when written with a decimal point (relative tolerance applies).
+    percent: True when written with a trailing "%".
+  """
+  value: fractions.Fraction
+  decimal: bool = False
+  percent: bool = False
+
+
+def parse_plain_number(text: str) -> Optional[PlainNumber]:
+  """Reads a normalised answer as a plain number, or returns None (not an error).
+
+  Args:
+    text: output of `normalize.normalize_answer`.
+
+  Returns:
+    PlainNumber, or None when the text is anything else (expressions, words, zero denominators,
+    more than MAX_CHARS characters).
+  """
+  if len(text) > MAX_CHARS:
+    return None
+  m = _DECIMAL_RE.fullmatch(text)
+  if m:
+    sign, digits, pct = m.groups()
+    value = fractions.Fraction(digits.replace(",", "").replace(" ", ""))
+    return PlainNumber(-value if sign == "-" else value, "." in digits, pct == "%")
+  m = _SLASH_RE.fullmatch(text)
+  if m:
+    sign, num, den = m.groups()
+    return _fraction(sign, int(num), int(den))
+  m = _LATEX_FRAC_RE.fullmatch(text)
+  if m:
+    sign, inner_sign, num_braced, num_digit, den_braced, den_digit = m.groups()
+    negative = (sign == "-") != (inner_sign == "-")
+    return _fraction("-" if negative else "", int(num_braced or num_digit),
+                     int(den_braced or den_digit))
+  return None
+
+
+def _fraction(sign: str, num: int, den: int) -> Optional[PlainNumber]:
+  if den == 0:
+    return None
+  value = fractions.Fraction(num, den)
+  return PlainNumber(-value if sign == "-" else value)
+
+
+def _candidates(x: PlainNumber, percent: bool) -> tuple[fractions.Fraction, ...]:
+  # "50%" always reads as 50 (the sign is a unit); where the task says percentages are allowed
+  # it may also read as 0.5.
+  return (x.value, x.value / 100) if percent and x.percent else (x.value,)
+
+
+def close(a: fractions.Fraction, b: fractions.Fraction, rel_tol: fractions.Fraction) -> bool:
+  """|a - b| <= rel_tol * max(|a|, |b|), in exact arithmetic (rel_tol = 0 means a == b)."""
+  return abs(a - b) <= rel_tol * max(abs(a), abs(b))
+
+
+def plain_numbers_equal(answer: PlainNumber, reference: PlainNumber, *, rel_tol: float,
+                        percent: bool) -> bool:
+  """Whether two plain numbers are the same answer.
+
+  Integers and fractions compare exactly; when either side is written as a decimal the relative
+  tolerance `rel_tol` applies (|a - b| <= rel_tol * max(|a|, |b|)). With `percent`, "x%" also
+  matches x/100.
+  """
+  tol = fractions.Fraction(repr(float(rel_tol))) if (answer.decimal or reference.decimal) else 0
+  return any(close(a, r, tol) for a in _candidates(answer, percent)
+             for r in _candidates(reference, percent))
+
+
+def format_number(x: PlainNumber) -> str:
+  """Short text of a plain number for reasons: "17", "-1/2", "0.5" stays "1/2"."""
+  v = x.value
+  return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"

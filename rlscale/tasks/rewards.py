@@ -1,0 +1,139 @@
+"""Batch rewards: verifier correctness, an optional format reward, DAPO overlong shaping.
+
+    reward_b = correct_b + format_weight * format_b + overlong_b
+
+  * correct_b in [0, 1]: `task.score(response_b, example_b).reward`.
+  * format_b in {0, 1}: 1 iff the answer is found by the first extractor of `extract_order`
+    (e.g. a complete `<answer>...</answer>` block when "answer_tag" comes first), in the spirit
+    of DeepSeek-R1's format reward (Guo et al. 2025).
+  * overlong_b <= 0: DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), with L = response
+    length in tokens, L_max = `overlong_max_len`, L_cache = `overlong_cache_len`:
+        0                                 if L <= L_max - L_cache
+        ((L_max - L_cache) - L) / L_cache if L_max - L_cache < L <= L_max
+        -1                                if L > L_max
+    (disabled when `overlong_max_len` is None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from rlscale.tasks import base
+from rlscale.tasks import extract
+from rlscale.tasks import verifier
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+  """Optional reward terms (config fields `task.format_weight`, `task.overlong_*`).
+
+  Attributes:
+    format_weight: weight of the format reward (0 = off), >= 0.
+    overlong_max_len: L_max in tokens, or None for no overlong shaping.
+    overlong_cache_len: L_cache in tokens, 0 < L_cache <= L_max (required with L_max).
+
+  Raises:
+    ValueError: a field outside its allowed range.
+  """
+  format_weight: float = 0.0
+  overlong_max_len: Optional[int] = None
+  overlong_cache_len: Optional[int] = None
+
+  def __post_init__(self):
+    if not isinstance(self.format_weight, (int, float)) or not 0 <= self.format_weight:
+      raise ValueError(f"task.format_weight must be a float >= 0, got {self.format_weight!r}")
+    if self.overlong_max_len is None:
+      return
+    l_max, l_cache = self.overlong_max_len, self.overlong_cache_len
+    if not isinstance(l_max, int) or l_max < 1:
+      raise ValueError(f"task.overlong_max_len must be a positive int or None, got {l_max!r}")
+    if not isinstance(l_cache, int) or not 0 < l_cache <= l_max:
+      raise ValueError("task.overlong_cache_len must be an int in (0, task.overlong_max_len="
+                       f"{l_max}], got {l_cache!r}")
+
+
+def overlong_penalty(lengths: np.ndarray, *, max_len: int, cache_len: int) -> np.ndarray:
+  """DAPO soft overlong punishment (see module docstring).
+
+  Args:
+    lengths: [B] response lengths in tokens (int or float).
+    max_len: L_max.
+    cache_len: L_cache, 0 < L_cache <= L_max.
+
+  Returns:
+    [B] float32 penalties in [-1, 0].
+  """
+  lengths = np.asarray(lengths, np.float64)
+  soft = ((max_len - cache_len) - lengths) / cache_len
+  return np.clip(np.minimum(soft, 0.0), -1.0, 0.0).astype(np.float32)
+
+
+def format_ok(response: str, config: verifier.VerifierConfig) -> bool:
+  """True iff the first extractor of `config.extract_order` finds an answer (bounds apply)."""
+  if verifier.check_response(response, config) is not None:
+    return False
+  try:
+    return extract.extract_answer(response, config.extract_order[:1]) is not None
+  except extract.ExtractionError:
+    return False
+
+
+def score_batch(task: base.TaskSource, responses: Sequence[str],
+                examples: Sequence[base.Example], *,
+                response_lengths: Optional[Sequence[int] | np.ndarray] = None
+                ) -> tuple[np.ndarray, dict[str, Any]]:
+  """Rewards of B responses; never raises because of response content.
+
+  Identical (response, reference) pairs are scored once (groups often repeat answers).
+
+  Args:
+    task: the task source (its `score`, `verifier_config` and `reward_config` are used).
+    responses: B decoded response texts.
+    examples: B examples (example b is the prompt response b answers).
+    response_lengths: [B] response lengths in tokens for overlong shaping; when None, the
+      character counts of the responses are used (exact for the character tokenizer).
+
+  Returns:
+    rewards: [B] float32.
+    infos: {"correct": [B] float32, "format": [B] float32, "overlong": [B] float32,
+      "reason": list[str], "extracted": list[str | None]}.
+
+  Raises:
+    ValueError: responses, examples and response_lengths differ in length (a caller bug).
+  """
+  b = len(responses)
+  if len(examples) != b or (response_lengths is not None and len(response_lengths) != b):
+    raise ValueError(f"score_batch needs equal lengths: responses {b}, examples "
+                     f"{len(examples)}, response_lengths "
+                     f"{None if response_lengths is None else len(response_lengths)}")
+  reward_config = getattr(task, "reward_config", None) or RewardConfig()
+  memo: dict[tuple[Any, str, str], base.Score] = {}
+  scores = []
+  for response, example in zip(responses, examples):
+    key = (response if isinstance(response, str) else id(response), example.prompt,
+           example.answer)
+    if key not in memo:
+      try:
+        memo[key] = task.score(response, example)
+      except Exception as e:  # pylint: disable=broad-except (a custom scorer must not stop a run)
+        memo[key] = base.Score(0.0, f"scorer error ({type(e).__name__})", None)
+    scores.append(memo[key])
+  correct = np.array([s.reward for s in scores], np.float32).reshape(b)
+  rewards = correct.copy()
+  fmt = np.zeros(b, np.float32)
+  if reward_config.format_weight:
+    fmt = np.array([format_ok(r, task.verifier_config) for r in responses], np.float32)
+    rewards += reward_config.format_weight * fmt
+  overlong = np.zeros(b, np.float32)
+  if reward_config.overlong_max_len is not None:
+    lengths = (np.asarray(response_lengths) if response_lengths is not None else
+               np.array([len(r) if isinstance(r, str) else 0 for r in responses]))
+    overlong = overlong_penalty(lengths, max_len=reward_config.overlong_max_len,
+                                cache_len=reward_config.overlong_cache_len)
+    rewards += overlong
+  infos = {"correct": correct, "format": fmt, "overlong": overlong,
+           "reason": [s.reason for s in scores], "extracted": [s.extracted for s in scores]}
+  return rewards.astype(np.float32), infos
