@@ -12,6 +12,7 @@ Override any field on the command line, e.g. `--config.rl.prompts_per_step=16`.
 """
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 
 def get_config(arg=None):
@@ -79,6 +80,39 @@ def get_config(arg=None):
   # KL penalty to the frozen reference policy (0 = none) and its estimator: k1, k2, k3.
   config.rl.kl_coef = 0.0
   config.rl.kl_estimator = "k3"
+  # Fields below left as None take the value of the `algorithm` preset (rlscale/rl/presets.py).
+  # Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, gae (PPO) or a registered one.
+  config.rl.advantage = placeholder(str)
+  # Per-token policy loss: ppo_clip, pg or a registered one (rlscale/rl/losses.py).
+  config.rl.policy_loss = placeholder(str)
+  # Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm.
+  config.rl.loss_agg_mode = placeholder(str)
+  # Dr. GRPO's constant for seq-mean-token-sum-norm; None = the response length limit.
+  config.rl.loss_agg_norm = placeholder(float)
+  # PPO clip range [1 - clip_eps_low, 1 + clip_eps_high] (DAPO clip-higher: 0.2, 0.28).
+  config.rl.clip_eps_low = placeholder(float)
+  config.rl.clip_eps_high = placeholder(float)
+  # Dual-clip constant c > 1 bounding the loss of negative-advantage tokens; 0 = off.
+  config.rl.dual_clip_c = placeholder(float)
+  # Where the KL penalty goes: "loss" (a loss term) or "reward" (subtracted from the reward).
+  config.rl.kl_mode = placeholder(str)
+  # Entropy bonus coefficient (0 = none).
+  config.rl.entropy_coef = placeholder(float)
+  # DAPO dynamic sampling: drop groups whose rewards are all equal and refill the batch.
+  config.rl.dynamic_sampling = placeholder(bool)
+  # DAPO overlong shaping: buffer as a fraction of max_new_tokens (0 = off), and penalty scale.
+  config.rl.overlong_buffer_frac = placeholder(float)
+  config.rl.overlong_penalty_factor = placeholder(float)
+  # Whiten advantages over the batch's real tokens (PPO).
+  config.rl.whiten_advantages = placeholder(bool)
+  # PPO critic: value-loss coefficient, value clip range around the rollout values (0 = off),
+  # discount gamma and GAE lambda.
+  config.rl.vf_coef = placeholder(float)
+  config.rl.value_clip_eps = placeholder(float)
+  config.rl.gamma = placeholder(float)
+  config.rl.lam = placeholder(float)
+  # Temperature of the update's log-probabilities: always the rollout temperature (shared field).
+  config.rl.temperature = config.rollout.get_ref("temperature")
 
   # --- Optimizer.
   config.optim = ml_collections.ConfigDict()
@@ -128,6 +162,7 @@ def get_config(arg=None):
     config.train.checkpoint_every = 3
     config.task.eval_size = 16
     config.eval.pass_k = 2
-  # Derived: responses per optimizer step.
-  config.rl.batch_size = config.rl.prompts_per_step * config.rl.group_size
+  # Derived: responses per optimizer step (a reference, so command-line overrides of
+  # prompts_per_step or group_size update it too).
+  config.rl.batch_size = config.rl.get_ref("prompts_per_step") * config.rl.get_ref("group_size")
   return config

@@ -1,0 +1,59 @@
+"""Per-token log-probabilities and entropies of the response part of [prompt | response] sequences.
+
+The model's logits at position t predict token t + 1, so the Tr response tokens (the last Tr
+columns of `tokens`) are scored by the logits at columns T - Tr - 1 ... T - 2.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from rlscale.model.transformer import token_logp
+
+
+def response_logits(logits: chex.Array, response_len: int) -> chex.Array:
+  """The logits that predict the last `response_len` tokens.
+
+  Args:
+    logits: [B, T, V] float32 from a full causal forward over [prompt | response].
+    response_len: Tr, the response width; 1 <= Tr < T.
+
+  Returns:
+    [B, Tr, V]: logits[:, T - Tr - 1 : T - 1].
+
+  Raises:
+    ValueError: when Tr is not in [1, T - 1].
+  """
+  chex.assert_rank(logits, 3)
+  t = logits.shape[1]
+  if not 1 <= response_len < t:
+    raise ValueError(f"response length {response_len} must be in [1, {t - 1}] for {t} tokens "
+                     "(at least one prompt token precedes the response)")
+  return logits[:, t - response_len - 1: t - 1]
+
+
+def response_logp(logits: chex.Array, tokens: chex.Array, response_len: int,
+                  temperature: float = 1.0) -> chex.Array:
+  """log pi(token) of each response token at the sampling temperature.
+
+  Args:
+    logits: [B, T, V] float32; tokens: [B, T] int32 (the response is the last Tr columns).
+    response_len: Tr. temperature: the sampler's temperature (> 0; ratios need the same one).
+
+  Returns:
+    [B, Tr] float32 log softmax(logits / temperature) gathered at tokens[:, T - Tr:].
+  """
+  chex.assert_rank(tokens, 2)
+  chex.assert_equal_shape_prefix([logits, tokens], 2)
+  return token_logp(response_logits(logits, response_len), tokens[:, -response_len:], temperature)
+
+
+def entropy_from_logits(logits: chex.Array, temperature: float = 1.0) -> chex.Array:
+  """Entropy H = -sum_v p_v log p_v of softmax(logits / temperature), in nats.
+
+  Args: logits [..., V] float32. Returns [...] float32, >= 0 (computed from log_softmax, so a
+  saturated distribution gives 0, never NaN or a small negative number)."""
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+  return jnp.maximum(-jnp.sum(jnp.exp(logp) * logp, axis=-1), 0.0)

@@ -1,0 +1,152 @@
+"""Algorithm presets (`rl.algorithm`) and validation of the `rl` config section.
+
+A preset is a set of defaults for the algorithm fields of `rl`; `resolve_rl_config` fills every field
+that the config leaves unset (missing or None) from the preset of `rl.algorithm`, so a user picks an
+algorithm by name and still overrides any single field (`--config.rl.clip_eps_high=0.3`). A field set
+in the config file always wins: e.g. experiments/configs/default.py sets kl_coef = 0.0, so its GRPO
+runs without the preset's KL penalty.
+
+| preset       | advantage    | loss_agg_mode           | clip eps (low, high) | KL              | other |
+|--------------|--------------|-------------------------|----------------------|-----------------|-------|
+| grpo         | grpo         | seq-mean-token-mean     | 0.2, 0.2             | k3 loss, 0.04   |       |
+| dr_grpo      | dr_grpo      | seq-mean-token-sum-norm | 0.2, 0.2             | none            |       |
+| dapo         | grpo         | token-mean              | 0.2, 0.28            | none            | dynamic sampling, overlong shaping (buffer 0.2 of L_max) |
+| rloo         | rloo         | token-mean              | 0.2, 0.2             | k1 reward, 0    |       |
+| reinforce_pp | reinforce_pp | token-mean              | 0.2, 0.2             | k1 reward, 0    |       |
+| ppo          | gae          | token-mean              | 0.2, 0.2             | k1 reward, 0    | critic: vf_coef 0.5, value_clip_eps 0.2, gamma 1, lam 0.95, whitened advantages |
+
+References: GRPO (Shao et al. 2024), Dr. GRPO (Liu et al. 2025), DAPO (Yu et al. 2025), RLOO
+(Ahmadian et al. 2024), REINFORCE++ (Hu 2025), PPO (Schulman et al. 2017; Ouyang et al. 2022).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from rlscale.rl import aggregation
+from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
+from rlscale.rl.kl import KL_ESTIMATORS
+from rlscale.rl.losses import POLICY_LOSSES
+
+# Defaults shared by every preset; each preset below overrides some of them.
+_COMMON = dict(
+    policy_loss="ppo_clip",
+    loss_agg_mode="token-mean",
+    # None = the response length limit Tr (only used by seq-mean-token-sum-norm).
+    loss_agg_norm=None,
+    clip_eps_low=0.2,
+    clip_eps_high=0.2,
+    # None = dual-clip off.
+    dual_clip_c=None,
+    kl_coef=0.0,
+    kl_estimator="k3",
+    kl_mode="loss",
+    entropy_coef=0.0,
+    dynamic_sampling=False,
+    overlong_buffer_frac=0.0,
+    overlong_penalty_factor=1.0,
+    whiten_advantages=False,
+    vf_coef=0.5,
+    value_clip_eps=0.2,
+    gamma=1.0,
+    lam=0.95,
+    temperature=1.0,
+)
+
+PRESETS: dict[str, dict] = {
+    "grpo": dict(_COMMON, advantage="grpo", loss_agg_mode="seq-mean-token-mean", kl_coef=0.04),
+    "dr_grpo": dict(_COMMON, advantage="dr_grpo", loss_agg_mode="seq-mean-token-sum-norm"),
+    "dapo": dict(_COMMON, advantage="grpo", clip_eps_high=0.28, dynamic_sampling=True,
+                 overlong_buffer_frac=0.2),
+    "rloo": dict(_COMMON, advantage="rloo", kl_mode="reward", kl_estimator="k1"),
+    "reinforce_pp": dict(_COMMON, advantage="reinforce_pp", kl_mode="reward", kl_estimator="k1"),
+    "ppo": dict(_COMMON, advantage="gae", kl_mode="reward", kl_estimator="k1",
+                whiten_advantages=True),
+}
+
+KL_MODES = ("loss", "reward")
+
+
+def resolve_rl_config(rl_cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of `rl_cfg` with every unset (missing or None) preset field filled from
+  PRESETS[rl_cfg.algorithm]. Fields the preset leaves None (loss_agg_norm, dual_clip_c) stay None.
+
+  Raises:
+    ValueError: when rl.algorithm is missing or not a preset (listing the presets).
+  """
+  algorithm = rl_cfg.get("algorithm")
+  if algorithm not in PRESETS:
+    raise ValueError(f"rl.algorithm={algorithm!r} is not one of {sorted(PRESETS)}")
+  resolved = ml_collections.ConfigDict(rl_cfg.to_dict())
+  for field, value in PRESETS[algorithm].items():
+    if resolved.get(field) is None:
+      # Assigning through the dict keeps a None placeholder's declared type out of the way.
+      resolved[field] = value
+  return resolved
+
+
+def _require(condition: bool, message: str) -> None:
+  if not condition:
+    raise ValueError(message)
+
+
+def _check_positive_int(rl_cfg, field: str) -> None:
+  value = rl_cfg.get(field)
+  _require(isinstance(value, int) and value >= 1, f"rl.{field} must be an int >= 1, got {value!r}")
+
+
+def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -> None:
+  """Checks a resolved `rl` section; raises ValueError naming the first bad field.
+
+  Checks: registered names (advantage, policy_loss, kl_estimator) and loss_agg_mode / kl_mode;
+  positive prompts_per_step, group_size, epochs, minibatches, microbatches; group_size >= 2 for
+  group-relative estimators and dynamic sampling; batch_size == prompts_per_step * group_size and
+  divisible by num_devices * minibatches * microbatches; ranges of clip eps, dual_clip_c, kl_coef,
+  entropy_coef, gamma, lam, value_clip_eps, vf_coef, temperature, overlong_buffer_frac.
+  """
+  _require(rl_cfg.get("algorithm") in PRESETS,
+           f"rl.algorithm={rl_cfg.get('algorithm')!r} is not one of {sorted(PRESETS)}")
+  estimator = ADVANTAGE_ESTIMATORS.get(rl_cfg.advantage)
+  POLICY_LOSSES.get(rl_cfg.policy_loss)
+  KL_ESTIMATORS.get(rl_cfg.kl_estimator)
+  if rl_cfg.loss_agg_mode == "seq-mean-token-sum-norm" and rl_cfg.loss_agg_norm is None:
+    aggregation.check_mode(rl_cfg.loss_agg_mode, 1.0)  # None means "use Tr", known later
+  else:
+    aggregation.check_mode(rl_cfg.loss_agg_mode, rl_cfg.loss_agg_norm)
+  _require(rl_cfg.kl_mode in KL_MODES, f"rl.kl_mode={rl_cfg.kl_mode!r} is not one of {list(KL_MODES)}")
+  for field in ("prompts_per_step", "group_size", "epochs", "minibatches", "microbatches"):
+    _check_positive_int(rl_cfg, field)
+  group_size = rl_cfg.group_size
+  _require(not estimator.group_relative or group_size >= 2,
+           f"rl.group_size must be >= 2 for the group-relative advantage {rl_cfg.advantage!r}, "
+           f"got {group_size}")
+  _require(not rl_cfg.dynamic_sampling or group_size >= 2,
+           f"rl.dynamic_sampling needs rl.group_size >= 2, got {group_size}")
+  batch_size = rl_cfg.prompts_per_step * group_size
+  _require(rl_cfg.get("batch_size", batch_size) == batch_size,
+           f"rl.batch_size={rl_cfg.get('batch_size')} must equal rl.prompts_per_step * "
+           f"rl.group_size = {batch_size}")
+  _require(isinstance(num_devices, int) and num_devices >= 1,
+           f"num_devices must be an int >= 1, got {num_devices!r}")
+  split = num_devices * rl_cfg.minibatches * rl_cfg.microbatches
+  _require(batch_size % split == 0,
+           f"rl.batch_size={batch_size} (prompts_per_step * group_size) must be divisible by "
+           f"devices ({num_devices}) x rl.minibatches ({rl_cfg.minibatches}) x "
+           f"rl.microbatches ({rl_cfg.microbatches}) = {split}")
+  _require(rl_cfg.clip_eps_low >= 0 and rl_cfg.clip_eps_high >= 0,
+           f"rl.clip_eps_low / rl.clip_eps_high must be >= 0, got {rl_cfg.clip_eps_low}, "
+           f"{rl_cfg.clip_eps_high}")
+  _require(rl_cfg.clip_eps_low < 1, f"rl.clip_eps_low must be < 1, got {rl_cfg.clip_eps_low}")
+  _require(not rl_cfg.dual_clip_c or rl_cfg.dual_clip_c > 1,
+           f"rl.dual_clip_c must be > 1 (or None/0 for off), got {rl_cfg.dual_clip_c}")
+  _require(rl_cfg.kl_coef >= 0, f"rl.kl_coef must be >= 0, got {rl_cfg.kl_coef}")
+  _require(rl_cfg.entropy_coef >= 0, f"rl.entropy_coef must be >= 0, got {rl_cfg.entropy_coef}")
+  for field in ("gamma", "lam"):
+    _require(0 <= rl_cfg[field] <= 1, f"rl.{field} must be in [0, 1], got {rl_cfg[field]}")
+  _require(not rl_cfg.value_clip_eps or rl_cfg.value_clip_eps > 0,
+           f"rl.value_clip_eps must be > 0 (or 0 for no clipping), got {rl_cfg.value_clip_eps}")
+  _require(rl_cfg.vf_coef > 0, f"rl.vf_coef must be > 0, got {rl_cfg.vf_coef}")
+  _require(rl_cfg.temperature > 0, f"rl.temperature must be > 0 (the sampling temperature the "
+           f"log-probabilities are taken at), got {rl_cfg.temperature}")
+  _require(0 <= rl_cfg.overlong_buffer_frac < 1,
+           f"rl.overlong_buffer_frac must be in [0, 1), got {rl_cfg.overlong_buffer_frac}")
