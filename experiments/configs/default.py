@@ -129,6 +129,10 @@ def get_config(arg=None):
   # Schedule: "constant", "cosine" or "linear" (decay after warmup).
   config.optim.schedule = "constant"
   config.optim.warmup_steps = 0
+  # Learning rate at the end of a cosine/linear decay, as a fraction of the peak.
+  config.optim.final_lr_frac = 0.0
+  # PPO critic learning rate at the reference batch (scaled like the policy's); None = learning_rate.
+  config.optim.critic_learning_rate = placeholder(float)
   # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt".
   config.optim.lr_scaling = "none"
   config.optim.reference_batch = 128

@@ -1,0 +1,171 @@
+"""The optimizer: global-norm clipping, then Adam or AdamW whose hyperparameters follow the batch size.
+
+For a batch of B responses per optimizer step and the config's reference batch B0 (k = B / B0):
+
+- learning rate (`optim.lr_scaling`): "none" lr0; "linear" lr0 * k (Goyal et al. 2017);
+  "sqrt" lr0 * sqrt(k), the square-root rule for Adam (Malladi et al. 2022);
+- with `optim.adjust_adam`, the Adam moment decays keep their horizon in samples rather than steps:
+  beta_i -> 1 - k (1 - beta_i), clipped to [0, 0.99999] (0: the average covers one step, the rule's
+  limit; 0.99999 keeps bias correction well conditioned), and eps -> eps / sqrt(k) (the gradient
+  noise, and so sqrt(v), shrinks like 1/sqrt(B)) (Malladi et al. 2022, "On the SDEs and scaling
+  rules for adaptive gradient algorithms").
+
+The learning rate follows a schedule (linear warmup, then constant, cosine or linear decay) and is
+injected with `optax.inject_hyperparams`, so `current_learning_rate(opt_state)` reads back the value
+used by the last update for logging.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+LR_SCALINGS = ("none", "linear", "sqrt")
+SCHEDULES = ("constant", "cosine", "linear")
+OPTIMIZERS = ("adam", "adamw")
+# Range for the adjusted Adam betas (see the module docstring).
+BETA_RANGE = (0.0, 0.99999)
+
+
+def _batch_ratio(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> float:
+  """k = batch_size / optim.reference_batch; raises ValueError unless both are positive."""
+  if not batch_size or batch_size <= 0:
+    raise ValueError(f"batch_size must be > 0, got {batch_size!r}")
+  if not optim_cfg.reference_batch or optim_cfg.reference_batch <= 0:
+    raise ValueError(f"optim.reference_batch must be > 0, got {optim_cfg.reference_batch!r}")
+  return batch_size / optim_cfg.reference_batch
+
+
+def scaled_learning_rate(optim_cfg: ml_collections.ConfigDict, batch_size: int,
+                         base_learning_rate: Optional[float] = None) -> float:
+  """Peak learning rate for `batch_size` responses per step (see the module docstring).
+
+  Args:
+    optim_cfg: the `optim` config section (learning_rate, lr_scaling, reference_batch).
+    batch_size: B, responses per optimizer step.
+    base_learning_rate: lr0 at the reference batch; default optim.learning_rate.
+
+  Returns: the scaled learning rate (float).
+  Raises: ValueError for an unknown lr_scaling (listing the allowed ones), lr0 <= 0, or a
+  non-positive batch size.
+  """
+  lr0 = optim_cfg.learning_rate if base_learning_rate is None else base_learning_rate
+  if not lr0 or lr0 <= 0:
+    raise ValueError(f"optim.learning_rate must be > 0, got {lr0!r}")
+  k = _batch_ratio(optim_cfg, batch_size)
+  if optim_cfg.lr_scaling == "none":
+    return float(lr0)
+  if optim_cfg.lr_scaling == "linear":
+    return float(lr0 * k)
+  if optim_cfg.lr_scaling == "sqrt":
+    return float(lr0 * math.sqrt(k))
+  raise ValueError(f"optim.lr_scaling={optim_cfg.lr_scaling!r} is not one of {list(LR_SCALINGS)}")
+
+
+def adam_hyperparams(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str, float]:
+  """{"b1", "b2", "eps"} for `batch_size`: the config's values, adjusted for k = B / B0 when
+  optim.adjust_adam is set (see the module docstring). Raises ValueError for bad batch sizes or
+  betas outside [0, 1)."""
+  b1, b2, eps = optim_cfg.b1, optim_cfg.b2, optim_cfg.eps
+  for name, beta in (("b1", b1), ("b2", b2)):
+    if not 0.0 <= beta < 1.0:
+      raise ValueError(f"optim.{name} must be in [0, 1), got {beta}")
+  if not optim_cfg.adjust_adam:
+    return {"b1": float(b1), "b2": float(b2), "eps": float(eps)}
+  k = _batch_ratio(optim_cfg, batch_size)
+  adjust = lambda beta: float(min(max(1.0 - k * (1.0 - beta), BETA_RANGE[0]), BETA_RANGE[1]))  # noqa: E731
+  return {"b1": adjust(b1), "b2": adjust(b2), "eps": float(eps / math.sqrt(k))}
+
+
+def make_schedule(peak_learning_rate: float, *, schedule: str, warmup_steps: int, total_steps: int,
+                  final_lr_frac: float = 0.0) -> optax.Schedule:
+  """Learning rate as a function of the optimizer-update count c (0 for the first update).
+
+  Warmup: lr = peak * (c + 1) / W for c < W (the first update already moves; c = W - 1 reaches the
+  peak). Then with progress p = clip((c - W) / (total_steps - W), 0, 1):
+  "constant" peak; "cosine" peak * (f + (1 - f) * (1 + cos(pi p)) / 2) (Loshchilov & Hutter 2017);
+  "linear" peak * (1 - (1 - f) p); f = final_lr_frac, reached at c = total_steps.
+
+  Raises:
+    ValueError: for an unknown schedule, total_steps < 1, warmup_steps outside [0, total_steps],
+    or final_lr_frac outside [0, 1].
+  """
+  if schedule not in SCHEDULES:
+    raise ValueError(f"optim.schedule={schedule!r} is not one of {list(SCHEDULES)}")
+  if not isinstance(total_steps, int) or total_steps < 1:
+    raise ValueError(f"total_steps (optimizer updates) must be an int >= 1, got {total_steps!r}")
+  if not 0 <= warmup_steps <= total_steps:
+    raise ValueError(f"optim.warmup_steps must be in [0, total_steps={total_steps}], got {warmup_steps}")
+  if not 0.0 <= final_lr_frac <= 1.0:
+    raise ValueError(f"optim.final_lr_frac must be in [0, 1], got {final_lr_frac}")
+  decay_steps = max(total_steps - warmup_steps, 1)
+
+  def learning_rate(count):
+    count = jnp.asarray(count, jnp.float32)
+    warm = jnp.minimum((count + 1.0) / warmup_steps, 1.0) if warmup_steps else 1.0
+    progress = jnp.clip((count - warmup_steps) / decay_steps, 0.0, 1.0)
+    if schedule == "cosine":
+      decay = final_lr_frac + (1.0 - final_lr_frac) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+    elif schedule == "linear":
+      decay = 1.0 - (1.0 - final_lr_frac) * progress
+    else:
+      decay = 1.0
+    return peak_learning_rate * warm * decay
+
+  return learning_rate
+
+
+def _decay_mask(params):
+  """Weight decay on matrices only (kernels, embeddings), not on norms' scales or biases."""
+  return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(optim_cfg: ml_collections.ConfigDict, *, batch_size: int, total_steps: int,
+                   learning_rate: Optional[float] = None) -> optax.GradientTransformation:
+  """optax chain: clip_by_global_norm(optim.grad_clip_norm) -> Adam/AdamW with the scheduled,
+  batch-scaled learning rate injected as a hyperparameter.
+
+  Args:
+    optim_cfg: the `optim` section: optimizer ("adam", "adamw"), learning_rate, b1, b2, eps,
+      weight_decay (AdamW; matrices only), grad_clip_norm (<= 0 or None: no clipping), schedule,
+      warmup_steps, final_lr_frac (default 0), lr_scaling, reference_batch, adjust_adam.
+    batch_size: B, responses per optimizer update (with rl.minibatches > 1, the minibatch size).
+    total_steps: optimizer updates over the run (RL steps x epochs x minibatches), for decay.
+    learning_rate: lr0 to use instead of optim.learning_rate (e.g. a PPO critic's).
+
+  Returns: the GradientTransformation; `current_learning_rate(opt_state)` reads its LR.
+  Raises: ValueError naming the bad optim field and the allowed values.
+  """
+  if optim_cfg.optimizer not in OPTIMIZERS:
+    raise ValueError(f"optim.optimizer={optim_cfg.optimizer!r} is not one of {list(OPTIMIZERS)}")
+  peak = scaled_learning_rate(optim_cfg, batch_size, learning_rate)
+  schedule = make_schedule(peak, schedule=optim_cfg.schedule, warmup_steps=optim_cfg.warmup_steps,
+                           total_steps=total_steps,
+                           final_lr_frac=optim_cfg.get("final_lr_frac", 0.0) or 0.0)
+  hyper = adam_hyperparams(optim_cfg, batch_size)
+  if optim_cfg.optimizer == "adamw":
+    adam = optax.inject_hyperparams(optax.adamw, static_args=("mask",))(
+        learning_rate=schedule, weight_decay=optim_cfg.weight_decay, mask=_decay_mask, **hyper)
+  else:
+    if optim_cfg.weight_decay:
+      raise ValueError("optim.weight_decay needs optim.optimizer='adamw' (Adam has no decoupled decay)")
+    adam = optax.inject_hyperparams(optax.adam)(learning_rate=schedule, **hyper)
+  clip = optim_cfg.grad_clip_norm
+  if clip is not None and clip > 0:
+    return optax.chain(optax.clip_by_global_norm(clip), adam)
+  return optax.chain(adam)
+
+
+def current_learning_rate(opt_state) -> jax.Array:
+  """The learning rate of the last update (the initial one before any) from the state of a
+  `make_optimizer` chain: float32 scalar. Raises ValueError when the state has no injected LR."""
+  for part in opt_state:
+    hyperparams = getattr(part, "hyperparams", None)
+    if hyperparams is not None and "learning_rate" in hyperparams:
+      return hyperparams["learning_rate"]
+  raise ValueError("optimizer state has no injected learning_rate (not built by make_optimizer)")
