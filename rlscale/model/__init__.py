@@ -1,5 +1,6 @@
-"""Decoder-only transformer (Qwen3 / Qwen2 / Llama) and its configuration."""
-from rlscale.model.config import ModelConfig, tiny_config
-from rlscale.model.transformer import (KVCache, ModelOutput, Transformer, causal_attention_mask,
-                                       forward, init_cache, init_params, positions_from_mask,
-                                       token_logp)
+"""Decoder-only transformer (Qwen3 / Qwen2 / Llama), its configuration and HF checkpoints."""
+from rlscale.model.config import ModelConfig, RopeScaling, tiny_config
+from rlscale.model.hf_checkpoint import load_hf_checkpoint, load_hf_config, save_hf_checkpoint
+from rlscale.model.transformer import (KVCache, ModelOutput, Transformer, cache_attention_mask,
+                                       causal_attention_mask, forward, init_cache, init_params,
+                                       positions_from_mask, token_logp)
