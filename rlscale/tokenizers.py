@@ -210,8 +210,7 @@ def encode_batch_left_padded(tokenizer: Tokenizer, texts: Sequence[str], length:
   """Encodes texts into a left-padded [B, length] batch.
 
   A text longer than `length` tokens is truncated from the LEFT: its last `length` tokens are
-  kept, because a prompt ends with the question and the answer cue the model continues from. An
-  empty text gives an all-padding row (mask all 0).
+  kept, because a prompt ends with the question and the answer cue the model continues from.
 
   Args:
     tokenizer: any `Tokenizer`. texts: B strings. length: T, tokens per row.
@@ -221,7 +220,8 @@ def encode_batch_left_padded(tokenizer: Tokenizer, texts: Sequence[str], length:
     tokens [B, T] int32 (pad_id in padding slots), mask [B, T] int32 (1 for real tokens).
 
   Raises:
-    ValueError: length is not a positive int.
+    ValueError: length is not a positive int, or a text encodes to no tokens (a row without a real
+      token has nothing to condition on; the sampler requires at least one).
   """
   if not isinstance(length, (int, np.integer)) or length <= 0:
     raise ValueError(f"length must be a positive int, got {length!r}")
@@ -229,7 +229,8 @@ def encode_batch_left_padded(tokenizer: Tokenizer, texts: Sequence[str], length:
   mask = np.zeros((len(texts), length), np.int32)
   for row, text in enumerate(texts):
     ids = tokenizer.encode(text, add_bos=add_bos)[-length:]
-    if ids:
-      tokens[row, length - len(ids):] = ids
-      mask[row, length - len(ids):] = 1
+    if not ids:
+      raise ValueError(f"texts[{row}] ({text!r}) encodes to no tokens; every row needs at least one")
+    tokens[row, length - len(ids):] = ids
+    mask[row, length - len(ids):] = 1
   return tokens, mask

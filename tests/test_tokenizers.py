@@ -31,10 +31,12 @@ def test_char_unknown_characters_and_specials_in_decode():
 
 def test_left_padding_and_left_truncation():
   t = tok.CharTokenizer()
-  tokens, mask = tok.encode_batch_left_padded(t, ["12", "", "123456"], 4)
+  tokens, mask = tok.encode_batch_left_padded(t, ["12", "é", "123456"], 4)
   assert tokens.dtype == np.int32 and mask.dtype == np.int32
-  np.testing.assert_array_equal(tokens, [[0, 0, 5, 6], [0, 0, 0, 0], [7, 8, 9, 10]])
-  np.testing.assert_array_equal(mask, [[0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]])
+  np.testing.assert_array_equal(tokens, [[0, 0, 5, 6], [0, 0, 0, 3], [7, 8, 9, 10]])
+  np.testing.assert_array_equal(mask, [[0, 0, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1]])
+  with pytest.raises(ValueError, match=r"texts\[1\] \(''\) encodes to no tokens"):
+    tok.encode_batch_left_padded(t, ["1", ""], 4)
   tokens, mask = tok.encode_batch_left_padded(t, ["1", "12345"], 3, add_bos=True)
   np.testing.assert_array_equal(tokens, [[0, 1, 5], [7, 8, 9]])  # truncation drops the bos too
   np.testing.assert_array_equal(mask, [[0, 1, 1], [1, 1, 1]])
