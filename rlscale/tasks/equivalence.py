@@ -7,9 +7,10 @@ Rules, in order:
   * Expressions without variables: exact rationals compare exactly; otherwise both sides are
     evaluated to 50 significant digits and compared with relative tolerance `rel_tol` when either
     side was written as a decimal, else 1e-30 (numerically exact: `\\sqrt{8}` = `2\\sqrt{2}`).
-  * Expressions with variables (over the union of both sides' variables): polynomials of degree <= 40 are
-    compared exactly by expanding the difference (`(x+1)^2` = `x^2+2x+1`); anything else is
-    compared at four fixed points with irrational coordinates, 40 significant digits each.
+  * Expressions with variables (over the union of both sides' variables): polynomials of
+    degree <= 40 with at most 20000 possible terms are compared exactly by expanding the
+    difference (`(x+1)^2` = `x^2+2x+1`); anything else is compared at four fixed points with
+    irrational coordinates of both signs, 40 significant digits each.
   * Percentages (`percent=True`): `x%` may also read as x/100.
 No `simplify` is called: every step is bounded by the parser's size limits, and the worker's
 hard time limit covers what remains (e.g. slow `evalf` of a deep expression).
@@ -17,6 +18,7 @@ hard time limit covers what remains (e.g. slow `evalf` of a deep expression).
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import sympy
@@ -24,6 +26,7 @@ import sympy
 from rlscale.tasks import math_parser
 
 MAX_POLY_DEGREE = 40
+MAX_POLY_TERMS = 20000
 _EXACT_TOL = sympy.Float("1e-30", 50)
 _POINT_TOL = sympy.Float("1e-25", 50)
 # Coordinates for the point check: irrational-looking so unequal expressions rarely coincide.
@@ -71,7 +74,8 @@ def _points_equal(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol],
                   tol: sympy.Float) -> tuple[bool, str]:
   compared = 0
   for k in range(4):
-    subs = {s: sympy.Float(_POINTS[(k + 3 * j) % len(_POINTS)], 40) * (1 + j)
+    # Alternate signs so that e.g. sqrt(x^2) and x differ (they agree for x > 0).
+    subs = {s: sympy.Float(_POINTS[(k + 3 * j) % len(_POINTS)], 40) * (1 + j) * (-1)**(k + j)
             for j, s in enumerate(symbols)}
     va, vb = a.evalf(40, subs=subs), b.evalf(40, subs=subs)
     fa = va.is_number and va.is_finite
@@ -104,9 +108,13 @@ def expressions_equal(a: sympy.Expr, b: sympy.Expr, *, rel_tol: float,
   symbols = sorted(a.free_symbols | b.free_symbols, key=str)
   if not symbols:
     return _numbers_equal(a, b, tol)
-  if not decimal and max(_degree_bound(a), _degree_bound(b)) <= MAX_POLY_DEGREE:
-    return sympy.expand(a - b) == 0, "polynomial expansion"
-  same, how = _points_equal(a, b, symbols, tol)
+  degree = max(_degree_bound(a), _degree_bound(b))
+  # Expansion is exact but its size is C(variables + degree, degree) terms: bound both.
+  if (not decimal and degree <= MAX_POLY_DEGREE and
+      math.comb(len(symbols) + int(degree), len(symbols)) <= MAX_POLY_TERMS):
+    same, how = sympy.expand(a - b) == 0, "polynomial expansion"
+  else:
+    same, how = _points_equal(a, b, symbols, tol)
   if not same and a.free_symbols != b.free_symbols:
     names = lambda s: ",".join(sorted(map(str, s))) or "none"
     how = f"different variables ({names(a.free_symbols)} vs {names(b.free_symbols)})"

@@ -18,7 +18,8 @@ _UNICODE = {
 }
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 # Group separator between digit groups of three: 1\,000  1{,}000  1~000  1\ 000.
-_GROUP_SEP_RE = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\}|\\;|\\!|~)(?=\d{3}(?!\d))")
+_GROUP_SEP_RE = re.compile(
+    r"(?<=\d)(?:\\,|\\ |\{,\}|\\;|\\!|~)(?=\d{3}(?!\d))", re.ASCII)
 _SPACING_RE = re.compile(r"\\(?:,|;|:|!| |quad\b|qquad\b)|~")
 _DROP_RE = re.compile(
     r"\\displaystyle|\\left(?=[(\[{|.\\])|\\right(?=[)\]}|.\\])|\\[bB]ig{1,2}[lr]?"

@@ -17,10 +17,12 @@ from typing import Optional
 
 MAX_CHARS = 80
 _INT = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?!\d)|\d+)"
-_DECIMAL_RE = re.compile(rf"([+-]?)\s*({_INT}(?:\.\d*)?|\.\d+)\s*(%?)")
-_SLASH_RE = re.compile(r"([+-]?)\s*(\d+)\s*/\s*(\d+)")
+# re.ASCII: only 0-9 are digits ("\uff11\uff17" and Arabic-Indic digits are not numbers here).
+_DECIMAL_RE = re.compile(rf"([+-]?)\s*({_INT}(?:\.\d*)?|\.\d+)\s*(%?)", re.ASCII)
+_SLASH_RE = re.compile(r"([+-]?)\s*(\d+)\s*/\s*(\d+)", re.ASCII)
 _LATEX_FRAC_RE = re.compile(
-    r"([+-]?)\s*\\frac\s*(?:\{\s*([+-]?)\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))")
+    r"([+-]?)\s*\\frac\s*(?:\{\s*([+-]?)\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))",
+    re.ASCII)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -183,6 +183,9 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
     return {"equal": equal, "reason": reason}
   if request.get("op") == "native":
     return _native_score(request)
+  if request.get("op") == "sleep":  # only for tests of the parent's time limit
+    time.sleep(float(request["seconds"]))
+    return {"slept": True}
   if request.get("op") == "native_setup":
     _native_dataset(request)
     return {"ready": True}

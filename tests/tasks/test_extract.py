@@ -1,0 +1,124 @@
+"""Answer extraction and normalisation (pure string functions, no sympy)."""
+
+import pytest
+
+from rlscale.tasks import extract
+from rlscale.tasks import normalize
+from rlscale.tasks import numbers
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+    (r"a \boxed{1} b \boxed{2} c", "2"),
+    (r"\boxed{\boxed{7}}", "7"),
+    (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces do not count
+    (r"\fbox{x+1}", "x+1"),
+    (r"\boxed 9 done", "9"),
+    (r"\boxed{3} \boxed{4", "3"),  # last *complete* box
+    ("no box", None),
+])
+def test_last_boxed(text, expected):
+  assert extract.last_boxed(text) == expected
+
+
+def test_unclosed_box_is_an_error():
+  with pytest.raises(extract.ExtractionError, match="unbalanced"):
+    extract.last_boxed(r"\boxed{\frac{1}{2}")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("x <answer> 5 </answer>", "5"),
+    ("<answer>1</answer><answer>\n2\n</answer>", "2"),
+    (r"<answer>so \boxed{3}</answer>", "3"),
+    ("<answer>5", None),
+])
+def test_answer_tag(text, expected):
+  assert extract.answer_tag(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("work\n#### 72", "72"),
+    ("#### 1\n#### 2 ", "2"),
+    ("x #### 3", None),  # the marker must start a line
+])
+def test_gsm8k(text, expected):
+  assert extract.gsm8k(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("17", "17"), ("a -3", "-3"), ("3-5", "5"), ("1,234.5 then", "1,234.5"),
+    ("rate 3/4", "3/4"), ("50%", "50%"), (r"is \frac{1}{2}", r"\frac{1}{2}"),
+    ("x2", None), ("\uff11\uff17", None), ("v1.5", None), ("", None),
+])
+def test_last_number(text, expected):
+  assert extract.last_number(text) == expected
+
+
+def test_order_decides_which_answer_wins():
+  text = "<answer>4</answer> so \\boxed{5}\n#### 6\nthe end 7"
+  assert extract.extract_answer(text) == extract.Extracted("5", "boxed")
+  assert extract.extract_answer(text, ("answer_tag", "boxed")).text == "4"
+  assert extract.extract_answer(text, ("gsm8k",)).text == "6"
+  assert extract.extract_answer(text, ("last_number",)).text == "7"
+  assert extract.extract_answer(text, ("full",)).text == text.strip()
+  assert extract.extract_answer("nothing", ("boxed", "gsm8k")) is None
+
+
+@pytest.mark.parametrize("order", ["", "boxed,boxed", "boxed,latex", ("nope",)])
+def test_bad_order_lists_allowed_names(order):
+  with pytest.raises(ValueError, match="last_number"):
+    extract.check_order(order)
+
+
+def test_reference_answer():
+  assert extract.reference_answer("48/2 = 24\n#### 72") == "72"
+  assert extract.reference_answer(r"so $\boxed{\frac{1}{2}}$.") == r"\frac{1}{2}"
+  assert extract.reference_answer(" 17 ") == "17"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"$\dfrac{1}{2}$", r"\frac{1}{2}"), (r"1\,000", "1,000"), (r"1{,}000", "1,000"),
+    (r"18 \text{ cm}.", "18"), (r"\text{Paris}", "Paris"), ("\u22123", "-3"),
+    (r"50\%", "50%"), (r"90^\circ", "90"), (r"\left( x \right)", "( x )"), ("3 \u00d7 4", "3 * 4"),
+    (r"\(x\)", "x"), (r"\$5", "5"),
+])
+def test_normalize(text, expected):
+  assert normalize.normalize_answer(text) == expected
+
+
+def test_word_answers():
+  assert normalize.is_word_answer("Paris") and normalize.is_word_answer("no solution")
+  assert not normalize.is_word_answer("x") and not normalize.is_word_answer("pi")
+  assert not normalize.is_word_answer("2x")
+  assert normalize.text_key("  No   Solution ") == "no solution"
+
+
+@pytest.mark.parametrize("text, value, decimal, percent", [
+    ("17", 17, False, False), ("-1,000", -1000, False, False), ("1 000", 1000, False, False),
+    ("0.5", 0.5, True, False), (".25", 0.25, True, False), ("3/4", 0.75, False, False),
+    (r"\frac{-1}{2}", -0.5, False, False), (r"-\frac12", -0.5, False, False),
+    ("12.5%", 12.5, True, True), ("5.", 5, True, False),
+])
+def test_plain_numbers(text, value, decimal, percent):
+  x = numbers.parse_plain_number(text)
+  assert (float(x.value), x.decimal, x.percent) == (value, decimal, percent)
+
+
+@pytest.mark.parametrize("text", ["x", "1/0", "2^3", "1,00", "1" * 81, "1e5", ""])
+def test_not_plain_numbers(text):
+  assert numbers.parse_plain_number(text) is None
+
+
+def test_plain_number_tolerance_and_percent():
+  half = numbers.parse_plain_number("1/2")
+  assert numbers.plain_numbers_equal(numbers.parse_plain_number("0.5000004"), half,
+                                     rel_tol=1e-6, percent=False)
+  assert not numbers.plain_numbers_equal(numbers.parse_plain_number("0.5000006"), half,
+                                         rel_tol=1e-6, percent=False)
+  # Integers and fractions are exact whatever the tolerance.
+  assert not numbers.plain_numbers_equal(numbers.parse_plain_number("1000001"),
+                                         numbers.parse_plain_number("1000000"),
+                                         rel_tol=1e-3, percent=False)
+  fifty = numbers.parse_plain_number("50%")
+  assert numbers.plain_numbers_equal(fifty, half, rel_tol=0, percent=True)
+  assert not numbers.plain_numbers_equal(fifty, half, rel_tol=0, percent=False)

@@ -1,0 +1,313 @@
+r"""The verifier against a table of (model output, reference, expected reward) rows.
+
+Each row's expected reward is worked out by hand from the rules in rlscale.tasks.verifier. The
+second test compares with HF math-verify 0.9.0 (the `test` extra) on the same rows and asserts
+that the rows where the two disagree are exactly those listed in MATH_VERIFY_DISAGREEMENTS,
+each with the reason rlscale's answer is the intended one.
+"""
+
+import pytest
+
+from rlscale.tasks import verifier
+
+FULL = {"extract_order": "full"}
+PCT = {"percent": True}
+
+# (response, reference, expected reward, VerifierConfig overrides)
+ROWS = [
+    # --- extraction: \boxed (last complete, nested braces, \fbox, box in box, unclosed box)
+    (r"\boxed{17}", "17", 1, {}),
+    (r"The answer is \boxed{17}.", "17", 1, {}),
+    (r"so $\boxed{\frac{1}{2}}$", "1/2", 1, {}),
+    (r"\boxed{\frac{\sqrt{2}}{2}}", r"\frac{1}{\sqrt{2}}", 1, {}),
+    (r"\fbox{42}", "42", 1, {}),
+    (r"first \boxed{3}, corrected: \boxed{5}", "5", 1, {}),
+    (r"first \boxed{3}, corrected: \boxed{5}", "3", 0, {}),
+    (r"\boxed{5} and again \boxed{5}", "5", 1, {}),
+    (r"\boxed{\boxed{5}}", "5", 1, {}),
+    (r"\boxed{5", "5", 0, {}),
+    (r"\boxed{3} then \boxed{5", "3", 1, {}),
+    (r"\boxed 7", "7", 1, {}),
+    (r"\boxed{ 8 }", "8", 1, {}),
+    (r"\boxed{}", "0", 0, {}),
+    # --- extraction: <answer> tags, GSM8K ####, last number
+    ("<answer>42</answer>", "42", 1, {}),
+    ("<answer> 42 </answer> then 43", "42", 1, {}),
+    ("<answer>1</answer> <answer>2</answer>", "2", 1, {}),
+    (r"<answer>\boxed{3}</answer>", "3", 1, {}),
+    ("<answer>12", "12", 1, {}),
+    ("Let me think.\n#### 72", "72", 1, {}),
+    ("#### 1,234", "1234", 1, {}),
+    ("#### 71\nno, wait\n#### 72", "72", 1, {}),
+    ("17", "17", 1, {}),
+    ("17\n", "17", 1, {}),
+    ("The sum is 8, so the answer is 17", "17", 1, {}),
+    ("The sum is 8, so the answer is 17", "8", 0, {}),
+    ("answer: -3", "-3", 1, {}),
+    ("3 - 5 = -2", "-2", 1, {}),
+    ("3-5", "-5", 0, {}),
+    ("no digits here", "5", 0, {}),
+    ("", "5", 0, {}),
+    ("The result is 3/4", "3/4", 1, {}),
+    (r"so \frac{3}{4}", "0.75", 1, {}),
+    ("it is 50%", "50", 1, {}),
+    ("version 2.0, result 7", "7", 1, {}),
+    ("x2", "2", 0, {}),
+    # --- integers: signs, commas, spaces
+    (r"\boxed{1,000}", "1000", 1, {}),
+    (r"\boxed{1000}", "1,000", 1, {}),
+    (r"\boxed{1 000}", "1000", 1, {}),
+    (r"\boxed{1\,000}", "1000", 1, {}),
+    (r"\boxed{1{,}000}", "1000", 1, {}),
+    (r"\boxed{12,345,678}", "12345678", 1, {}),
+    (r"\boxed{1,000,000}", "10^6", 1, {}),
+    (r"\boxed{+17}", "17", 1, {}),
+    (r"\boxed{-17}", "17", 0, {}),
+    ("\\boxed{\u221217}", "-17", 1, {}),
+    (r"\boxed{007}", "7", 1, {}),
+    (r"\boxed{-0}", "0", 1, {}),
+    (r"\boxed{17.0}", "17", 1, {}),
+    (r"\boxed{17.5}", "17", 0, {}),
+    (r"\boxed{1,00}", "100", 0, {}),
+    (r"\boxed{1,001}", "1000", 0, {}),
+    (r"\boxed{100}", "1,000", 0, {}),
+    (r"\boxed{21}", "12", 0, {}),
+    (r"\boxed{10}", "100", 0, {}),
+    # --- decimals and fractions
+    (r"\boxed{0.5}", "1/2", 1, {}),
+    (r"\boxed{1/2}", "0.5", 1, {}),
+    (r"\boxed{\frac{1}{2}}", "0.5", 1, {}),
+    (r"\boxed{\dfrac12}", "0.5", 1, {}),
+    (r"\boxed{\tfrac{1}{2}}", "1/2", 1, {}),
+    (r"\boxed{.5}", "1/2", 1, {}),
+    (r"\boxed{0.50}", r"\frac12", 1, {}),
+    (r"\boxed{2/4}", "1/2", 1, {}),
+    (r"\boxed{-\frac{1}{2}}", "-0.5", 1, {}),
+    (r"\boxed{\frac{-1}{2}}", "-1/2", 1, {}),
+    (r"\boxed{\frac{1}{-2}}", "-1/2", 1, {}),
+    (r"\boxed{1.5}", r"\frac{3}{2}", 1, {}),
+    (r"\boxed{2.50}", "5/2", 1, {}),
+    (r"\boxed{1e3}", "1000", 1, {}),
+    (r"\boxed{2.5e-1}", "1/4", 1, {}),
+    (r"\boxed{\frac{1}{3}}", "0.3333333", 1, {}),
+    (r"\boxed{0.333333333}", "1/3", 1, {}),
+    (r"\boxed{1.0000001}", "1", 1, {}),
+    (r"\boxed{1.00001}", "1", 0, {}),
+    (r"\boxed{0.51}", "1/2", 0, {}),
+    (r"\boxed{12}", "1/2", 0, {}),
+    (r"\boxed{0.499}", "0.5", 0, {}),
+    (r"\boxed{0.33}", r"\frac{1}{3}", 0, {}),
+    (r"\boxed{-1/2}", "1/2", 0, {}),
+    (r"\boxed{1/2}", "2", 0, {}),
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{3}", 0, {}),
+    (r"\boxed{\frac{2}{0}}", "1", 0, {}),
+    (r"\boxed{1/0}", "1", 0, {}),
+    (r"\boxed{3.14}", r"\pi", 1, {"rel_tol": 1e-2}),
+    (r"\boxed{100.4}", "100", 1, {"rel_tol": 1e-2}),
+    (r"\boxed{0.5}", "0.5000001", 0, {"rel_tol": 0.0}),
+    (r"\boxed{0.5}", "0.5000001", 1, {}),
+    # --- percentages (a trailing % may always be dropped; x% = x/100 only with percent=True)
+    (r"\boxed{50\%}", "50", 1, {}),
+    (r"\boxed{50\%}", "0.5", 0, {}),
+    (r"\boxed{50\%}", "0.5", 1, PCT),
+    (r"\boxed{0.5}", r"50\%", 1, PCT),
+    (r"\boxed{0.5}", "50%", 0, {}),
+    (r"\boxed{25%}", "1/4", 1, PCT),
+    (r"\boxed{25%}", "0.3", 0, PCT),
+    ("The rate is 12.5%", r"\frac{1}{8}", 1, PCT),
+    (r"\boxed{x\%}", "x/100", 1, PCT),
+    # --- simple LaTeX: \sqrt, \pi, ^, \cdot, \left( \right), units
+    (r"\boxed{\sqrt{4}}", "2", 1, {}),
+    (r"\boxed{2\sqrt{2}}", r"\sqrt{8}", 1, {}),
+    (r"\boxed{\sqrt{2}}", "1.41421356", 1, {}),
+    (r"\boxed{\sqrt{2}}", "1.41", 0, {}),
+    (r"\boxed{\sqrt{2}}", "2", 0, {}),
+    (r"\boxed{\sqrt{3}}", r"\sqrt{2}", 0, {}),
+    (r"\boxed{\sqrt[3]{27}}", "3", 1, {}),
+    (r"\boxed{\sqrt{2}/2}", r"\frac{\sqrt{2}}{2}", 1, {}),
+    (r"\boxed{\frac{1}{\sqrt{2}}}", r"\frac{\sqrt{2}}{2}", 1, {}),
+    (r"\boxed{\pi}", r"\pi", 1, {}),
+    (r"\boxed{2\pi}", r"\pi \cdot 2", 1, {}),
+    (r"\boxed{\pi}", "3.14", 0, {}),
+    (r"\boxed{\pi}", "3.14159265", 1, {}),
+    (r"\boxed{3.15}", r"\pi", 0, {}),
+    (r"\boxed{2\pi}", r"\pi", 0, {}),
+    (r"\boxed{\frac{\pi}{2}}", r"\pi/2", 1, {}),
+    (r"\boxed{\frac{3}{4}\pi}", r"0.75\pi", 1, {}),
+    (r"\boxed{2^{10}}", "1024", 1, {}),
+    (r"\boxed{2^10}", "1024", 1, {}),
+    (r"\boxed{2^{-1}}", "0.5", 1, {}),
+    (r"\boxed{3 \cdot 4}", "12", 1, {}),
+    (r"\boxed{3 \times 4}", "12", 1, {}),
+    (r"\boxed{\left( \frac{1}{2} \right)^2}", "1/4", 1, {}),
+    (r"\boxed{90^\circ}", "90", 1, {}),
+    (r"\boxed{18 \text{ cm}}", "18", 1, {}),
+    (r"\boxed{\$18}", "18", 1, {}),
+    (r"\boxed{\text{18}}", "18", 1, {}),
+    (r"\boxed{\sin^2 x + \cos^2 x}", "1", 1, {}),
+    (r"\boxed{\ln(e^2)}", "2", 1, {}),
+    (r"\boxed{\log(e)}", "1", 1, {}),
+    (r"\boxed{e}", "2.718281828", 1, {}),
+    (r"\boxed{\sqrt{x^2}}", "x", 0, {}),
+    # --- algebraic expressions
+    (r"\boxed{(x+1)^2}", "x^2+2x+1", 1, {}),
+    (r"\boxed{x^2+2x+1}", "(x+1)^2", 1, {}),
+    (r"\boxed{x^2}", "2x", 0, {}),
+    (r"\boxed{2x}", "x+x", 1, {}),
+    (r"\boxed{x^2 - 1}", "(x-1)(x+1)", 1, {}),
+    (r"\boxed{(x-1)(x+2)}", "x^2+x-2", 1, {}),
+    (r"\boxed{x^2+x-3}", "x^2+x-2", 0, {}),
+    (r"\boxed{\frac{x^2-1}{x-1}}", "x+1", 1, {}),
+    (r"\boxed{\frac{1}{x}}", "x^{-1}", 1, {}),
+    (r"\boxed{x}", "y", 0, {}),
+    (r"\boxed{2xy}", "2yx", 1, {}),
+    (r"\boxed{a^2b}", "b a^2", 1, {}),
+    (r"\boxed{x^{1/2}}", r"\sqrt{x}", 1, {}),
+    (r"\boxed{2(x+3)}", "2x+6", 1, {}),
+    (r"\boxed{x^3}", r"x \cdot x \cdot x", 1, {}),
+    (r"\boxed{(a+b)^2}", "a^2+2ab+b^2", 1, {}),
+    (r"\boxed{(a+b)^2}", "a^2+b^2", 0, {}),
+    (r"\boxed{\frac{x}{2}}", "0.5x", 1, {}),
+    (r"\boxed{3x+2}", "2+3x", 1, {}),
+    (r"\boxed{x^2+1}", "x^2-1", 0, {}),
+    (r"\boxed{2x+1}", "2x-1", 0, {}),
+    (r"\boxed{x+1}", "x", 0, {}),
+    (r"\boxed{\sin(2x)}", r"2\sin x \cos x", 1, {}),
+    (r"\boxed{e^{x+1}}", r"e \cdot e^x", 1, {}),
+    (r"\boxed{x**2 + 2*x}", "x(x+2)", 1, {}),
+    # --- equations and tuples
+    (r"\boxed{x = 5}", "5", 1, {}),
+    (r"\boxed{x=5}", "x = 5", 1, {}),
+    (r"\boxed{5}", "x = 5", 1, {}),
+    (r"\boxed{x = 6}", "5", 0, {}),
+    (r"\boxed{y = 2x + 1}", "2x + 1 = y", 1, {}),
+    (r"\boxed{y = 2x + 1}", "y = 2x - 1", 0, {}),
+    (r"\boxed{2x = 4}", "4", 0, {}),
+    (r"\boxed{(1, 2)}", "(1,2)", 1, {}),
+    (r"\boxed{1, 2}", "(1, 2)", 1, {}),
+    (r"\boxed{(2, 1)}", "(1, 2)", 0, {}),
+    (r"\boxed{(1,2,3)}", "(1,2)", 0, {}),
+    (r"\boxed{(0.5, 2)}", r"(\frac12, 2)", 1, {}),
+    # --- word answers and references (GSM8K / MATH solutions)
+    ("<answer>Paris</answer>", "Paris", 1, {}),
+    ("<answer>paris</answer>", "Paris", 1, {}),
+    ("<answer>London</answer>", "Paris", 0, {}),
+    ("<answer>True</answer>", "True", 1, {}),
+    ("<answer>false</answer>", "True", 0, {}),
+    (r"\boxed{\text{Yes}}", "yes", 1, {}),
+    ("<answer>no  solution</answer>", "No Solution", 1, {}),
+    (r"\boxed{72}", "She sold 48/2 = 24 clips.\n#### 72", 1, {}),
+    (r"\boxed{0.5}", r"so the answer is $\boxed{\frac{1}{2}}$.", 1, {}),
+    # --- the "full" extractor: the whole response is the answer
+    ("(x+1)^2", "x^2+2x+1", 1, FULL),
+    ("Paris", "paris", 1, FULL),
+    ("  42  ", "42", 1, FULL),
+    ("x^2", "2x", 0, FULL),
+    (r"$\frac{1}{2}$", "0.5", 1, FULL),
+    # --- adversarial (also in test_adversarial.py, with timings)
+    (r"\boxed{__import__('os').system('ls')}", "0", 0, {}),
+    ("__import__('os').system('ls')", "0", 0, FULL),
+    (r"\boxed{9^9^9^9}", "1", 0, {}),
+    (r"\boxed{9**9**9**9}", "1", 0, {}),
+    (r"\boxed{2^{10000}}", "0", 0, {}),
+    (r"\boxed{" + "(" * 100 + "1" + ")" * 100 + "}", "1", 0, {}),
+    ("17\x00", "17", 0, {}),
+    ("\u202e17", "17", 0, {}),
+    ("\uff11\uff17", "17", 0, {}),
+    ("{" * 10, "1", 0, {}),
+    (r"\boxed{\input{/etc/passwd}}", "1", 0, {}),
+    (r"\boxed{1}" + "x" * 70000, "1", 0, {}),
+]
+
+
+def _score(row):
+  response, reference, _, overrides = row
+  return verifier.verify(response, reference, verifier.VerifierConfig(**overrides))
+
+
+def test_table_is_large_enough():
+  assert len(ROWS) >= 150
+  assert sum(r[2] == 0 for r in ROWS) >= 50  # plenty of near-misses
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"row{i}" for i in range(len(ROWS))])
+def test_verifier_table(row):
+  score = _score(row)
+  assert score.reward == row[2], (row[:2], score)
+  assert 0.0 <= score.reward <= 1.0 and score.reason
+
+
+# Rows where HF math-verify 0.9.0 (default parse + verify) disagrees with the expected reward,
+# keyed by (response, reference), with the reason rlscale's reward is the intended one.
+MATH_VERIFY_DISAGREEMENTS = {
+    (r"\fbox{42}", "42"):
+        "math-verify only looks for \\boxed; \\fbox is LaTeX's other box command.",
+    (r"first \boxed{3}, corrected: \boxed{5}", "5"):
+        "math-verify joins all boxes into the set {3, 5}; the final answer is the last box.",
+    ("<answer>42</answer>", "42"):
+        "math-verify has no <answer>-tag extraction (reasoning-gym's format).",
+    ("<answer> 42 </answer> then 43", "42"):
+        "math-verify takes the last number 43; the <answer> block is the declared answer.",
+    ("<answer>1</answer> <answer>2</answer>", "2"):
+        "no <answer>-tag extraction in math-verify; the last block is the answer.",
+    ("<answer>12", "12"):
+        "unclosed tag: ours falls back to the last number (12), math-verify finds nothing.",
+    (r"\boxed{1 000}", "1000"):
+        "math-verify reads '1 000' as the product 1*0; a space between groups of three digits "
+        "is a thousands separator (SI style).",
+    (r"\boxed{1\,000}", "1000"):
+        "LaTeX thin space \\, between digit groups is a thousands separator, not 1*0.",
+    (r"\boxed{1e3}", "1000"):
+        "math-verify reads 1e3 as 1*e*3; digits-e-digits is scientific notation in model text.",
+    (r"\boxed{2.5e-1}", "1/4"):
+        "scientific notation 2.5e-1 = 0.25, not 2.5e - 1.",
+    (r"\boxed{1.0000001}", "1"):
+        "within the configured relative tolerance (rel_tol=1e-6) for decimals; math-verify "
+        "rounds to its own precision.",
+    (r"\boxed{50\%}", "0.5"):
+        "math-verify always reads x% as x/100; ours does so only where the task says so "
+        "(percent=True; see the PCT rows), otherwise 50% means the number 50.",
+    (r"\boxed{0.5}", "50%"):
+        "same percent rule: without percent=True the reference 50% is the number 50.",
+    (r"\boxed{\log(e)}", "1"):
+        "math-verify reads \\log as base 10; ours as the natural log (the convention in "
+        "competition maths and sympy).",
+    (r"\boxed{x**2 + 2*x}", "x(x+2)"):
+        "math-verify's LaTeX parser mangles Python-style ** (it extracts 2); ours reads ** "
+        "as a power, the common plain-text notation.",
+    (r"\boxed{2x = 4}", "4"):
+        "math-verify compares the right-hand side of any equation; ours only when the "
+        "left-hand side is a single variable (2x = 4 means x = 2, so 4 is not the answer).",
+    ("<answer>Paris</answer>", "Paris"):
+        "word answer in <answer> tags: math-verify finds no answer and reads the reference "
+        "as the product a*i*p*r*s.",
+    ("<answer>paris</answer>", "Paris"):
+        "word answers compare case-insensitively as text.",
+    ("<answer>True</answer>", "True"):
+        "word answer; math-verify reads the reference True as E*r*t*u.",
+    ("<answer>no  solution</answer>", "No Solution"):
+        "word answers compare as case-folded, whitespace-collapsed text.",
+}
+
+
+def _math_verify_reward(math_verify, response, reference):
+  gold = math_verify.parse("$" + reference + "$" if "\\boxed" not in reference and "####" not in
+                           reference else reference)
+  pred = math_verify.parse(response)
+  return float(math_verify.verify(gold, pred))
+
+
+def test_math_verify_disagreements_are_documented():
+  math_verify = pytest.importorskip("math_verify")
+  disagreements = {}
+  for row in ROWS:
+    response, reference, expected, overrides = row
+    if overrides or len(response) > 1000 or "\x00" in response:
+      continue  # config-specific rows and oversized inputs have no math-verify counterpart
+    try:
+      theirs = _math_verify_reward(math_verify, response, reference)
+    except Exception:  # pylint: disable=broad-except
+      theirs = 0.0
+    if theirs != expected:
+      disagreements[(response, reference)] = theirs
+  assert set(disagreements) == set(MATH_VERIFY_DISAGREEMENTS), disagreements
