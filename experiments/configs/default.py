@@ -53,6 +53,30 @@ def get_config(arg=None):
   config.task.data_path = ml_collections.config_dict.placeholder(str)
   # Number of held-out evaluation prompts (never in the training stream).
   config.task.eval_size = 128
+  # Share of question space held out for evaluation (by question hash), and the seed of the
+  # held-out draw (independent of config.seed, so every run of a sweep sees the same prompts).
+  config.task.holdout_fraction = 0.1
+  config.task.eval_seed = 1234
+  # Prompt template (str.format with {question} and {metadata[...]}); short for the char model.
+  config.task.prompt_template = "{metadata[expression]} ="
+  # SFT target template (str.format with {answer}): the response of a correct model.
+  config.task.target_template = "{answer}"
+  # Answer extractors tried in order, from: boxed, answer_tag, gsm8k, last_number, full.
+  config.task.extract_order = "boxed,answer_tag,gsm8k,last_number"
+  # Relative tolerance when either side is written as a decimal (0 = exact).
+  config.task.rel_tol = 1e-6
+  # Whether "x%" may also mean x/100 (a trailing % may always be dropped: "50%" = "50").
+  config.task.percent = False
+  # Hard time limit in seconds of one sympy check (verifier worker process).
+  config.task.timeout_s = 1.0
+  # Weight of the format reward (1 when the first extractor finds the answer); 0 = off.
+  config.task.format_weight = 0.0
+  # Host-side DAPO overlong shaping: L_max and L_cache in tokens; None = off. Use this or
+  # rl.overlong_buffer_frac (the jitted twin), not both.
+  config.task.overlong_max_len = ml_collections.config_dict.placeholder(int)
+  config.task.overlong_cache_len = ml_collections.config_dict.placeholder(int)
+  # TFDS data_dir for source="local_math" (None = <directory of data_path>/tfds).
+  config.task.data_dir = ml_collections.config_dict.placeholder(str)
 
   # --- Rollouts.
   config.rollout = ml_collections.ConfigDict()
