@@ -42,8 +42,8 @@ def make_task(task_cfg: Mapping[str, Any], *, seed: int) -> base.TaskSource:
     A TaskSource with `verifier_config` and `reward_config` attributes set.
 
   Raises:
-    ValueError: unknown source, scorer or field, or an invalid value (the message names the
-      field and the allowed values).
+    ValueError: unknown source, scorer or field, an invalid value, or a prompt template naming
+      metadata the source lacks (the message names the field and the allowed values).
     FileNotFoundError: source="local_math" and data_path does not exist.
   """
   cfg = {k: _plain(v) for k, v in dict(_plain(task_cfg)).items() if v is not None}
@@ -88,4 +88,5 @@ def make_task(task_cfg: Mapping[str, Any], *, seed: int) -> base.TaskSource:
     task = local_math.LocalMathSource(cfg.get("data_path"), seed=seed,
                                       data_dir=cfg.get("data_dir"), **common)
   task.reward_config = reward_config
+  task.format_prompt(task.train_example(0))  # a template naming absent metadata fails here
   return task

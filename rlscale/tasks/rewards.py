@@ -11,7 +11,9 @@
         0                                 if L <= L_max - L_cache
         ((L_max - L_cache) - L) / L_cache if L_max - L_cache < L <= L_max
         -1                                if L > L_max
-    (disabled when `overlong_max_len` is None).
+    (disabled when `overlong_max_len` is None). `rlscale.rl.dapo.overlong_penalty` is the same
+    formula in JAX for the update step (config `rl.overlong_buffer_frac`); enable one, not both.
+This module is NumPy only (no JAX), so the reward path runs on the host next to the verifier.
 """
 
 from __future__ import annotations

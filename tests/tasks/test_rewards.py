@@ -1,0 +1,103 @@
+"""score_batch: correctness + format reward + DAPO overlong shaping, worked out by hand."""
+
+import numpy as np
+import pytest
+
+from rlscale.tasks import arithmetic
+from rlscale.tasks import base
+from rlscale.tasks import rewards
+from rlscale.tasks import verifier
+
+
+def _task(order="answer_tag,last_number", **reward):
+  task = arithmetic.ArithmeticSource(
+      seed=0, verifier_config=verifier.VerifierConfig(extract_order=order))
+  task.reward_config = rewards.RewardConfig(**reward)
+  return task
+
+
+def test_overlong_penalty_by_hand():
+  # L_max = 16, L_cache = 4: free up to 12, linear to -1 at 16, -1 beyond.
+  got = rewards.overlong_penalty(np.array([10, 12, 13, 14, 16, 17, 100]), max_len=16,
+                                 cache_len=4)
+  np.testing.assert_allclose(got, [0, 0, -0.25, -0.5, -1, -1, -1])
+  assert got.dtype == np.float32
+
+
+def test_score_batch_by_hand():
+  task = _task(format_weight=0.5, overlong_max_len=16, overlong_cache_len=4)
+  ex7, ex8 = base.Example("3 + 4", "7", {}), base.Example("4 + 4", "8", {})
+  responses = ["<answer>7</answer>", "7", "<answer>9</answer>", "it is 7 or 8 but 8",
+               "<answer>7</answer>", "\x00"]
+  examples = [ex7, ex7, ex7, ex8, ex7, ex7]
+  lengths = [18, 1, 18, 14, 13, 1]
+  rewards_b, infos = rewards.score_batch(task, responses, examples, response_lengths=lengths)
+  correct = [1, 1, 0, 1, 1, 0]
+  fmt = [1, 0, 1, 0, 1, 0]
+  overlong = [-1, 0, -1, -0.5, -0.25, 0]
+  np.testing.assert_allclose(infos["correct"], correct)
+  np.testing.assert_allclose(infos["format"], fmt)
+  np.testing.assert_allclose(infos["overlong"], overlong)
+  np.testing.assert_allclose(rewards_b, [0.5, 1, -0.5, 0.5, 1.25, 0])
+  assert rewards_b.dtype == np.float32 and rewards_b.shape == (6,)
+  assert infos["extracted"] == ["7", "7", "9", "8", "7", None]
+  assert infos["reason"][2] == "wrong: 9 != 7"
+
+
+def test_defaults_are_plain_correctness_and_char_lengths():
+  task = _task()  # no format reward, no overlong shaping
+  ex = base.Example("3 + 4", "7", {})
+  r, infos = rewards.score_batch(task, ["7", "8", "x" * 40], [ex] * 3)
+  np.testing.assert_array_equal(r, [1, 0, 0])
+  np.testing.assert_array_equal(infos["format"], 0)
+  task = _task(overlong_max_len=16, overlong_cache_len=4)
+  r, _ = rewards.score_batch(task, ["7", "7" + " " * 13], [ex] * 2)  # 1 and 14 characters
+  np.testing.assert_allclose(r, [1, 0.5])
+
+
+def test_never_raises_on_content_and_scores_duplicates_once():
+  calls = []
+
+  class Counting(arithmetic.ArithmeticSource):
+
+    def score(self, response_text, example):
+      calls.append(response_text)
+      if response_text == "boom":
+        raise RuntimeError("custom scorer bug")
+      return super().score(response_text, example)
+
+  task = Counting(seed=0)
+  ex = base.Example("3 + 4", "7", {})
+  responses = ["7", "7", None, b"7", "boom", "7" * 100_000, "7"]
+  r, infos = rewards.score_batch(task, responses, [ex] * len(responses))
+  np.testing.assert_array_equal(r, [1, 1, 0, 0, 0, 0, 1])
+  assert calls.count("7") == 1
+  assert infos["reason"][4] == "scorer error (RuntimeError)"
+
+
+def test_length_mismatch_is_a_caller_error():
+  ex = base.Example("3 + 4", "7", {})
+  with pytest.raises(ValueError, match="responses 2, examples 1"):
+    rewards.score_batch(_task(), ["7", "7"], [ex])
+  with pytest.raises(ValueError, match="response_lengths 3"):
+    rewards.score_batch(_task(), ["7"], [ex], response_lengths=[1, 2, 3])
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(format_weight=-1), "task.format_weight"),
+    (dict(overlong_max_len=0, overlong_cache_len=1), "task.overlong_max_len"),
+    (dict(overlong_max_len=8), "task.overlong_cache_len"),
+    (dict(overlong_max_len=8, overlong_cache_len=9), "task.overlong_cache_len"),
+])
+def test_reward_config_errors(kwargs, field):
+  with pytest.raises(ValueError, match=field):
+    rewards.RewardConfig(**kwargs)
+
+
+def test_overlong_penalty_matches_the_jitted_twin():
+  # rlscale.rl.dapo implements the same formula in JAX for the update step; keep them equal.
+  dapo = pytest.importorskip("rlscale.rl.dapo")
+  lengths = np.arange(0, 40)
+  np.testing.assert_allclose(
+      rewards.overlong_penalty(lengths, max_len=32, cache_len=8),
+      np.asarray(dapo.overlong_penalty(lengths, max_len=32, buffer_len=8)), atol=1e-6)
