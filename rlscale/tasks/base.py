@@ -79,7 +79,11 @@ class TaskSource(abc.ABC):
     target_template: `str.format` template with field `answer`; the response text a correct model
       produces (e.g. "{answer}" or "<answer>{answer}</answer>"), used for the SFT warm start.
     verifier_config: extraction order, tolerance, bounds and time limit of the verifier.
+    reward_config: optional reward terms (`rewards.RewardConfig`), set by `make_task`; None
+      means plain correctness in `rewards.score_batch`.
   """
+
+  reward_config: Optional[Any] = None
 
   def __init__(self, *, prompt_template: str, target_template: str = "{answer}",
                verifier_config: Optional[verifier.VerifierConfig] = None):

@@ -161,6 +161,7 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 def _compare_general(a: str, r: str, config: VerifierConfig) -> tuple[bool, str]:
+  """Non-numeric comparison of normalised texts: identical, word answers, then sympy."""
   if a == r:
     return True, "identical text"
   if normalize.is_word_answer(r):

@@ -43,7 +43,8 @@ class WorkerClient:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     self._proc = subprocess.Popen(
         [sys.executable, "-u", "-m", "rlscale.tasks.worker"], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True,
+        cwd=_PACKAGE_ROOT)  # `-m` puts the cwd first on sys.path: import this very package
     self._buffer = b""
     ready = self._read_line(time.monotonic() + STARTUP_TIMEOUT_S)
     if ready is None or json.loads(ready).get("ready") is not True:
@@ -115,15 +116,15 @@ class WorkerClient:
           self._start()
         self._send(request)
         line = self._read_line(time.monotonic() + timeout_s)
-      except (OSError, RuntimeError, ValueError) as e:
+        if line is None:
+          crashed = self._proc.poll() is not None
+          self._kill()
+          self.restarts += 1
+          return None, "verifier worker crashed" if crashed else f"timeout after {timeout_s:g} s"
+        return json.loads(line), ""
+      except (OSError, RuntimeError, ValueError) as e:  # incl. a garbled reply
         self._kill()
         return None, f"verifier worker failed ({type(e).__name__})"
-      if line is None:
-        crashed = self._proc.poll() is not None
-        self._kill()
-        self.restarts += 1
-        return None, "verifier worker crashed" if crashed else f"timeout after {timeout_s:g} s"
-      return json.loads(line), ""
 
   def close(self) -> None:
     """Stops the child process (it is also killed when the parent exits)."""

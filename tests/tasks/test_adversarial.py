@@ -1,7 +1,8 @@
 """Hostile model output: reward 0 with a reason, quickly, with no side effect, never raising.
 
-The wall-clock bounds asserted here are generous safety margins around the hard limit
-(timeout_s = 1 s by default); measured times are in benchmarks/results/verifier.json.
+The wall-clock bound asserted here only says "does not hang": it allows for a loaded 2-core CI
+machine and for a worker restart (sympy import) after a kill. The measured times are in
+benchmarks/results/verifier.json (hostile inputs: milliseconds; the hard limit fires at ~1.0 s).
 """
 
 import os
@@ -13,7 +14,7 @@ from rlscale.tasks import reasoning_gym_source
 from rlscale.tasks import verifier
 from rlscale.tasks import worker
 
-SAFETY_S = 2.5  # hard limit (1 s) + process kill/restart + slow CI
+SAFETY_S = 10.0
 
 
 def _hostile(marker):
