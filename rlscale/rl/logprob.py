@@ -14,19 +14,21 @@ from rlscale.model.transformer import token_logp
 
 
 def response_logits(logits: chex.Array, response_len: int) -> chex.Array:
-  """The logits that predict the last `response_len` tokens.
+  """The model outputs at the positions that predict the last `response_len` tokens.
 
   Args:
-    logits: [B, T, V] float32 from a full causal forward over [prompt | response].
+    logits: [B, T, V] float32 from a full causal forward over [prompt | response] (or any
+      per-position output [B, T, ...], e.g. critic values [B, T]).
     response_len: Tr, the response width; 1 <= Tr < T.
 
   Returns:
-    [B, Tr, V]: logits[:, T - Tr - 1 : T - 1].
+    [B, Tr, ...]: logits[:, T - Tr - 1 : T - 1].
 
   Raises:
-    ValueError: when Tr is not in [1, T - 1].
+    ValueError: when Tr is not in [1, T - 1] or the input has rank < 2.
   """
-  chex.assert_rank(logits, 3)
+  if logits.ndim < 2:
+    raise ValueError(f"expected per-position outputs [B, T, ...], got shape {logits.shape}")
   t = logits.shape[1]
   if not 1 <= response_len < t:
     raise ValueError(f"response length {response_len} must be in [1, {t - 1}] for {t} tokens "

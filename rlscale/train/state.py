@@ -1,0 +1,73 @@
+"""TrainState: everything the update step changes, as one pytree that pmap replicates and orbax saves.
+
+The frozen reference policy is not part of the state: its log-probabilities (`ref_logp`) are computed
+by the runner with `update.make_logp_fn` and passed in the batch, so the state, its checkpoints and
+the donated buffers hold only what training changes.
+
+PPO's critic is the same architecture as the policy with `value_head=True`, kept as a separate
+parameter tree with its own optimizer state (`critic_params`, `critic_opt_state`; None otherwise): a
+separate critic keeps value-loss gradients out of the policy (no shared trunk to balance with
+vf_coef) and lets the critic use its own learning rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlscale.model.config import ModelConfig
+from rlscale.model.transformer import init_params
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Attributes:
+    step: int32 scalar, update-step calls (RL steps) applied so far. The optimizer's own update
+      count (epochs x minibatches per RL step) lives in opt_state.
+    params: policy parameters.
+    opt_state: optax state of the policy optimizer.
+    critic_params: PPO critic parameters (value_head=True model), or None.
+    critic_opt_state: optax state of the critic optimizer, or None.
+  """
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  critic_params: Any = None
+  critic_opt_state: Any = None
+
+
+def create_train_state(params, optimizer: optax.GradientTransformation, *,
+                       critic_params=None,
+                       critic_optimizer: Optional[optax.GradientTransformation] = None) -> TrainState:
+  """A fresh (unreplicated) TrainState at step 0.
+
+  Args:
+    params: policy parameters. optimizer: the policy's optax transformation.
+    critic_params: PPO critic parameters or None. critic_optimizer: its transformation (default:
+      `optimizer`).
+
+  Raises: ValueError when critic_optimizer is given without critic_params.
+  """
+  if critic_params is None and critic_optimizer is not None:
+    raise ValueError("critic_optimizer given without critic_params")
+  critic_opt_state = None
+  if critic_params is not None:
+    critic_opt_state = (critic_optimizer or optimizer).init(critic_params)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
+                    critic_params=critic_params, critic_opt_state=critic_opt_state)
+
+
+def critic_config(model_config: ModelConfig) -> ModelConfig:
+  """The PPO critic's architecture: the policy's, with a scalar value head."""
+  return model_config.replace(value_head=True)
+
+
+def critic_params_from_policy(policy_params, model_config: ModelConfig, rng: jax.Array) -> dict:
+  """Critic parameters initialised from the policy: every policy tensor copied, plus a fresh value
+  head (zero kernel, so V = 0 at the start) from `rng`. The usual start for LLM PPO critics."""
+  value_head = init_params(critic_config(model_config), rng)["value_head"]
+  return {**jax.tree.map(jnp.copy, dict(policy_params)), "value_head": value_head}

@@ -1,0 +1,350 @@
+"""The RL update step: a module-level pure function and its pmap wrapper (flax wmt / big_vision style).
+
+One call consumes one rollout batch: epochs x minibatches optimizer updates, each accumulating
+gradients over microbatches with `lax.scan` (memory is bounded by the microbatch). The batch arrives
+split over the local devices ([D, B/D, ...], see `shard_batch`), the state replicated.
+
+Device- and split-invariance: every loss is aggregated with weights that use the token and sequence
+counts of the whole global minibatch (psum'd over devices, see `rl.aggregation`), so each device's
+microbatch loss is its exact share of the global loss, the shares add up by a sum over microbatches
+and one `lax.psum` of the gradients (the pmean of per-device means when shards are equal, and still
+exact when they hold different numbers of tokens). Metrics are psum'd sums over psum'd counts. So
+with rl.minibatches == 1 the update does not depend on the device count or the microbatch count
+(up to float summation order). With minibatches > 1, each device shuffles and splits its own rows,
+so which responses share a minibatch depends on the device count.
+
+Batch (numpy or jax arrays, leading device axis; Tp + Tr = T, responses in the last Tr columns):
+  tokens [D, b, T] int32; input_mask [D, b, T] (1 for real prompt and response tokens);
+  response_mask [D, b, Tr]; old_logp [D, b, Tr] float32 (behaviour policy, at rl.temperature);
+  ref_logp [D, b, Tr] float32 (needed when the KL is a loss term with kl_coef > 0);
+  advantages [D, b] or [D, b, Tr] float32; for PPO old_values and returns [D, b, Tr] float32.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlscale.model.config import ModelConfig
+from rlscale.model.transformer import forward, token_logp
+from rlscale.rl import aggregation
+from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
+from rlscale.rl.kl import kl_divergence
+from rlscale.rl.logprob import entropy_from_logits, response_logits, response_logp
+from rlscale.rl.losses import bind_policy_loss, clipped_value_loss, importance_ratio
+from rlscale.rl.masks import masked_sum
+from rlscale.rl.presets import resolve_rl_config, validate_rl_config
+from rlscale.train.devices import AXIS_NAME, replicate, replicate_key, shard_batch, unreplicate  # noqa: F401 (re-exported for the runner)
+from rlscale.train.optimizer import current_learning_rate
+from rlscale.train.state import TrainState, critic_config
+
+REQUIRED_KEYS = ("tokens", "input_mask", "response_mask", "old_logp", "advantages")
+CRITIC_KEYS = ("old_values", "returns")
+# Metrics reduced over the optimizer updates of one step by min / max instead of the mean.
+_MIN_METRICS = ("ratio_min",)
+_MAX_METRICS = ("ratio_max",)
+
+
+def uses_critic(rl_cfg) -> bool:
+  """Whether the resolved config's advantage estimator needs a critic (PPO's GAE)."""
+  return ADVANTAGE_ESTIMATORS.get(rl_cfg.advantage).needs_critic
+
+
+def uses_ref_logp(rl_cfg) -> bool:
+  """Whether the batch must carry ref_logp (the KL to the reference policy is on)."""
+  return rl_cfg.kl_coef > 0
+
+
+def optimizer_args(rl_cfg, rl_steps: int) -> dict[str, int]:
+  """`make_optimizer` keywords for a run of `rl_steps` update-step calls: the responses per
+  optimizer update (B / minibatches) and the number of optimizer updates
+  (rl_steps x epochs x minibatches)."""
+  return {"batch_size": rl_cfg.prompts_per_step * rl_cfg.group_size // rl_cfg.minibatches,
+          "total_steps": rl_steps * rl_cfg.epochs * rl_cfg.minibatches}
+
+
+def check_batch(batch, rl_cfg, num_devices: Optional[int] = None) -> None:
+  """Raises ValueError for a missing key or inconsistent shapes (see the module docstring).
+
+  With num_devices, arrays must carry a leading device axis of that size; without, the per-device
+  layout [b, ...] is checked."""
+  rl = rl_cfg
+  required = list(REQUIRED_KEYS) + (list(CRITIC_KEYS) if uses_critic(rl) else [])
+  if uses_ref_logp(rl) and rl.kl_mode == "loss":
+    required.append("ref_logp")
+  missing = [k for k in required if k not in batch]
+  if missing:
+    raise ValueError(f"update batch lacks {missing} (has {sorted(batch)})")
+  lead = 0 if num_devices is None else 1
+  shape = lambda k: tuple(batch[k].shape)  # noqa: E731
+  if num_devices is not None and any(shape(k)[0] != num_devices for k in required):
+    raise ValueError(f"every batch array needs a leading device axis of {num_devices} "
+                     f"(use shard_batch): got { {k: shape(k) for k in required} }")
+  b, t = shape("tokens")[lead:lead + 2]
+  tr = shape("response_mask")[lead + 1]
+  expect = {"tokens": (b, t), "input_mask": (b, t), "response_mask": (b, tr), "old_logp": (b, tr),
+            "ref_logp": (b, tr), "old_values": (b, tr), "returns": (b, tr)}
+  for key, want in expect.items():
+    if key in required and shape(key)[lead:] != want:
+      raise ValueError(f"batch[{key!r}] has per-device shape {shape(key)[lead:]}, expected {want} "
+                       f"(b = {b} responses, T = {t} tokens, Tr = {tr} response tokens)")
+  if shape("advantages")[lead:] not in ((b,), (b, tr)):
+    raise ValueError(f"batch['advantages'] has per-device shape {shape('advantages')[lead:]}, "
+                     f"expected ({b},) or ({b}, {tr})")
+  if tr >= t:
+    raise ValueError(f"response width Tr = {tr} must be below the sequence width T = {t}")
+
+
+def _per_token_terms(trainables, mb, counts, *, model_config, rl, policy_loss) -> tuple[Any, dict]:
+  """Loss of one microbatch as its share of the global minibatch loss, and its metric sums."""
+  params, critic_params = trainables
+  tokens, mask = mb["tokens"], mb["response_mask"]
+  tr = mask.shape[-1]
+  logits = response_logits(forward(params, model_config, tokens, mb["input_mask"]).logits, tr)
+  logp = token_logp(logits, tokens[:, -tr:], rl.temperature)
+  advantages = mb["advantages"]
+  if advantages.ndim == 1:
+    advantages = jnp.broadcast_to(advantages[:, None], mask.shape)
+  pg_loss, aux = policy_loss(logp, mb["old_logp"], advantages, mask)
+  entropy = entropy_from_logits(logits, rl.temperature)
+  if not rl.entropy_coef:
+    entropy = jax.lax.stop_gradient(entropy)
+  terms = {"pg_loss": pg_loss, "entropy_loss": -entropy}
+  coefs = {"pg_loss": 1.0, "entropy_loss": rl.entropy_coef}
+  token_stats = {"entropy": entropy,
+                 "approx_kl_old": jax.lax.stop_gradient(kl_divergence("k3", logp, mb["old_logp"]))}
+  if uses_ref_logp(rl):
+    kl = kl_divergence(rl.kl_estimator, logp, mb["ref_logp"])
+    token_stats["kl"] = kl
+    if rl.kl_mode == "loss":
+      terms["kl_loss"], coefs["kl_loss"] = kl, rl.kl_coef
+  if critic_params is not None:
+    values = response_logits(
+        forward(critic_params, critic_config(model_config), tokens, mb["input_mask"]).values, tr)
+    terms["value_loss"], value_aux = clipped_value_loss(values, mb["old_values"], mb["returns"],
+                                                        value_clip_eps=rl.value_clip_eps)
+    coefs["value_loss"] = rl.vf_coef
+    aux = {**aux, **value_aux, "value_mean": values}
+  token_stats.update({k: v for k, v in aux.items() if k != "ratio"})
+  weights = aggregation.aggregation_weights(mask, rl.loss_agg_mode,
+                                            norm_constant=rl.loss_agg_norm or tr, counts=counts)
+  real = weights > 0
+  share = {k: jnp.sum(jnp.where(real, v * weights, 0.0)) for k, v in terms.items()}
+  loss = sum(coefs[k] * share[k] for k in share)
+  ratio = jax.lax.stop_gradient(importance_ratio(logp, mb["old_logp"]))
+  big = jnp.finfo(jnp.float32).max
+  stats = {"loss": jax.lax.stop_gradient(loss),
+           **{k: jax.lax.stop_gradient(v) for k, v in share.items()},
+           **{f"{k}_sum": masked_sum(jax.lax.stop_gradient(v), mask) for k, v in token_stats.items()},
+           "ratio_sum": masked_sum(ratio, mask),
+           "ratio_min": jnp.min(jnp.where(real, ratio, big)),
+           "ratio_max": jnp.max(jnp.where(real, ratio, -big))}
+  return loss, stats
+
+
+def _split(tree, parts: int):
+  """[n, ...] -> [parts, n / parts, ...] for every leaf."""
+  return jax.tree.map(lambda x: x.reshape((parts, x.shape[0] // parts) + x.shape[1:]), tree)
+
+
+def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, critic_optimizer,
+                      policy_loss):
+  """One optimizer update on one (per-device part of a) minibatch; returns (state, metrics)."""
+  local_rows = mb["response_mask"].shape[0]
+  local_counts = aggregation.aggregation_counts(mb["response_mask"])
+  counts = jax.lax.psum(local_counts, AXIS_NAME)
+  trainables = (state.params, state.critic_params)
+  grad_fn = jax.grad(functools.partial(_per_token_terms, model_config=model_config, rl=rl,
+                                       policy_loss=policy_loss), has_aux=True)
+
+  def accumulate(grad_sum, micro):
+    grads, stats = grad_fn(trainables, micro, counts)
+    return jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_sum, grads), stats
+
+  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), trainables)
+  local_grads, stats = jax.lax.scan(accumulate, zeros, _split(mb, rl.microbatches))
+  grads = jax.lax.psum(local_grads, AXIS_NAME)
+  policy_grads, critic_grads = grads
+
+  # Gradient noise scale inputs (McCandlish et al. 2018): |g|^2 of this device's own mean loss
+  # (rescaled from its share of the global loss) and of the global minibatch.
+  mode = rl.loss_agg_mode
+  local_scale = aggregation.denominator(mode, counts) / aggregation.denominator(mode, local_counts)
+  local_sq = optax.tree_utils.tree_norm(local_grads[0], squared=True) * local_scale ** 2
+  global_sq = optax.tree_utils.tree_norm(policy_grads, squared=True)
+
+  updates, opt_state = optimizer.update(policy_grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = {
+      "grad_norm": jnp.sqrt(global_sq), "update_norm": optax.tree_utils.tree_norm(updates),
+      "learning_rate": current_learning_rate(opt_state),
+      "grad_sq_norm_local": jax.lax.pmean(local_sq, AXIS_NAME), "grad_sq_norm_global": global_sq,
+      "gns_batch_local": jnp.float32(local_rows),
+      "gns_batch_global": jax.lax.psum(jnp.float32(local_rows), AXIS_NAME),
+  }
+  state = state.replace(params=params, opt_state=opt_state)
+  if state.critic_params is not None:
+    critic_updates, critic_opt_state = critic_optimizer.update(critic_grads, state.critic_opt_state,
+                                                               state.critic_params)
+    state = state.replace(critic_params=optax.apply_updates(state.critic_params, critic_updates),
+                          critic_opt_state=critic_opt_state)
+    metrics["critic_grad_norm"] = optax.tree_utils.tree_norm(critic_grads)
+  metrics.update(_reduce_stats(stats, counts))
+  return state, metrics
+
+
+def _reduce_stats(stats: dict, counts: dict) -> dict:
+  """Microbatch stats [U] -> global metrics: loss shares summed, token sums over token counts,
+  ratio extremes by pmin / pmax."""
+  out = {}
+  for key, value in stats.items():
+    if key == "ratio_min":
+      out[key] = jax.lax.pmin(jnp.min(value), AXIS_NAME)
+    elif key == "ratio_max":
+      out[key] = jax.lax.pmax(jnp.max(value), AXIS_NAME)
+    elif key.endswith("_sum"):
+      name = "ratio_mean" if key == "ratio_sum" else key[:-len("_sum")]
+      out[name] = jax.lax.psum(jnp.sum(value), AXIS_NAME) / jnp.maximum(counts["tokens"], 1.0)
+    else:
+      out[key] = jax.lax.psum(jnp.sum(value), AXIS_NAME)
+  return out
+
+
+def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: ModelConfig, rl_cfg,
+                optimizer: optax.GradientTransformation,
+                critic_optimizer: Optional[optax.GradientTransformation] = None):
+  """One RL step on one device's part of a rollout batch (call inside pmap, axis "batch").
+
+  Runs rl.epochs passes; each pass (shuffling the device's rows when rl.minibatches > 1) makes
+  rl.minibatches optimizer updates, each accumulating gradients over rl.microbatches slices by
+  `lax.scan`. Loss per token: policy loss (rl.policy_loss) + kl_coef * KL(logp, ref_logp) when
+  rl.kl_mode == "loss" - entropy_coef * entropy (+ vf_coef * clipped value loss for the critic),
+  aggregated by rl.loss_agg_mode over the global minibatch.
+
+  Args:
+    state: TrainState (this device's replica).
+    batch: dict of per-device arrays [b, ...] (see the module docstring).
+    rng: PRNG key; the device index is folded in.
+    model_config: the policy architecture. rl_cfg: a resolved and validated `rl` section.
+    optimizer / critic_optimizer: optax transformations of the policy / critic.
+
+  Returns:
+    (new state with step + 1, metrics: dict of float32 scalars, identical on every device):
+    loss, pg_loss, kl_loss (when a loss term), entropy_loss, value_loss (PPO) — each aggregated
+    by the mode, coefficients not applied except in `loss`; token means kl, entropy,
+    approx_kl_old (k3 to the behaviour policy), clip_fraction, dual_clip_fraction (dual-clip),
+    value_clip_fraction, value_mean (PPO), ratio_mean; ratio_min, ratio_max; grad_norm (before
+    clipping), update_norm, learning_rate, critic_grad_norm (PPO); grad_sq_norm_local (this
+    device's mean-loss gradient, averaged over devices), grad_sq_norm_global, gns_batch_local and
+    gns_batch_global (the responses behind each, B_small and B_big). All averaged over the
+    epochs x minibatches updates, except ratio_min / ratio_max (extremes) and learning_rate (last).
+  """
+  rl = rl_cfg
+  rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS_NAME))
+  policy_loss = bind_policy_loss(rl.policy_loss, rl)
+  minibatch_update = functools.partial(
+      _minibatch_update, model_config=model_config, rl=rl, optimizer=optimizer,
+      critic_optimizer=critic_optimizer, policy_loss=policy_loss)
+  local_batch = batch["tokens"].shape[0]
+
+  def epoch(state, index):
+    rows = batch
+    if rl.minibatches > 1:
+      order = jax.random.permutation(jax.random.fold_in(rng, index), local_batch)
+      rows = jax.tree.map(lambda x: x[order], batch)
+    return jax.lax.scan(minibatch_update, state, _split(rows, rl.minibatches))
+
+  state, metrics = jax.lax.scan(epoch, state, jnp.arange(rl.epochs))
+  reduced = {}
+  for key, value in metrics.items():
+    if key in _MIN_METRICS:
+      reduced[key] = jnp.min(value)
+    elif key in _MAX_METRICS:
+      reduced[key] = jnp.max(value)
+    elif key == "learning_rate":
+      reduced[key] = value[-1, -1]
+    else:
+      reduced[key] = jnp.mean(value)
+  return state.replace(step=state.step + 1), reduced
+
+
+def _device_list(devices):
+  return list(devices) if devices is not None else jax.local_devices()
+
+
+def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientTransformation, *,
+                   critic_optimizer: Optional[optax.GradientTransformation] = None,
+                   devices=None) -> Callable:
+  """`update_step` pmapped over `devices` (default: all local devices) with axis "batch" and the
+  state donated.
+
+  Returns fn(state, batch, rng) -> (state, metrics): state replicated ([D, ...] leaves), batch
+  with a leading device axis (`shard_batch`), rng one key or D keys (`replicate_key`); metrics
+  are [D] arrays holding the same value on every device.
+
+  Raises: ValueError for an invalid rl config (naming the field), or, when called, for a batch
+  with missing keys or inconsistent shapes.
+  """
+  devices = _device_list(devices)
+  rl = resolve_rl_config(rl_cfg)
+  validate_rl_config(rl, num_devices=len(devices))
+  if uses_critic(rl) and critic_optimizer is None:
+    critic_optimizer = optimizer
+  step = functools.partial(update_step, model_config=model_config, rl_cfg=rl, optimizer=optimizer,
+                           critic_optimizer=critic_optimizer)
+  pmapped = jax.pmap(step, axis_name=AXIS_NAME, donate_argnums=(0,), devices=devices)
+
+  def update(state: TrainState, batch, rng: jax.Array):
+    if uses_critic(rl) and state.critic_params is None:
+      raise ValueError(f"rl.advantage={rl.advantage!r} trains a critic: create the state with "
+                       "critic_params (see state.critic_params_from_policy)")
+    check_batch(batch, rl, len(devices))
+    if rng.ndim == 0 or (rng.dtype == jnp.uint32 and rng.ndim == 1):
+      rng = replicate_key(rng, len(devices))
+    return pmapped(state, dict(batch), rng)
+
+  return update
+
+
+def _forward_response(fn, model_config: ModelConfig, microbatches: int, devices):
+  """pmapped fn(params, batch) -> [D, b, Tr] of `fn(output, tokens, tr)` over microbatches,
+  0 where response_mask is 0."""
+
+  def per_device(params, batch):
+    tr = batch["response_mask"].shape[-1]
+
+    def one(mb):
+      out = forward(params, model_config, mb["tokens"], mb["input_mask"])
+      return jnp.where(mb["response_mask"] > 0, fn(out, mb["tokens"], tr), 0.0)
+
+    parts = _split({k: batch[k] for k in ("tokens", "input_mask", "response_mask")}, microbatches)
+    out = jax.lax.map(one, parts)
+    return out.reshape((-1,) + out.shape[2:])
+
+  return jax.pmap(per_device, axis_name=AXIS_NAME, devices=_device_list(devices))
+
+
+def make_logp_fn(model_config: ModelConfig, temperature: float, *, microbatches: int = 1,
+                 devices=None) -> Callable:
+  """pmapped fn(params, batch) -> logp [D, b, Tr] float32: log pi(token) of each response token at
+  `temperature` (0 where response_mask is 0). For `ref_logp` (reference params) or recomputed
+  `old_logp`. batch needs tokens, input_mask, response_mask with a leading device axis; the forward
+  runs in `microbatches` slices (b must divide)."""
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
+  return _forward_response(
+      lambda out, tokens, tr: response_logp(out.logits, tokens, tr, temperature),
+      model_config, microbatches, devices)
+
+
+def make_value_fn(model_config: ModelConfig, *, microbatches: int = 1, devices=None) -> Callable:
+  """pmapped fn(critic_params, batch) -> values [D, b, Tr] float32: the PPO critic's V(s_t) before
+  each response token (0 where response_mask is 0), for the batch's `old_values`. `model_config` is
+  the policy's; the critic adds the value head."""
+  return _forward_response(
+      lambda out, tokens, tr: response_logits(out.values, tr),
+      critic_config(model_config), microbatches, devices)

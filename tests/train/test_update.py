@@ -1,0 +1,168 @@
+"""The update step on one device: first-epoch ratios, loss values against a direct computation,
+microbatch invariance, KL and critic terms, batch checks, and no recompilation.
+
+Compiles are the cost here (seconds each on 2 cores), so runs are shared through module fixtures."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rlscale.model.transformer import forward
+from rlscale.rl.aggregation import aggregate_loss
+from rlscale.rl.logprob import entropy_from_logits, response_logits, response_logp
+from rlscale.rl.losses import ppo_clip
+from rlscale.train import update as update_lib
+from tests.train import update_problem as problem
+
+
+def _max_diff(a, b):
+  return max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.fixture(scope="module")
+def grpo_runs():
+  return {m: problem.run_updates(problem.rl_config("grpo", microbatches=m, kl_coef=0.1))
+          for m in (1, 4)}
+
+
+@pytest.fixture(scope="module")
+def ppo_runs():
+  return {m: problem.run_updates(problem.rl_config("ppo", microbatches=m, kl_coef=0.1))
+          for m in (1, 4)}
+
+
+@pytest.mark.parametrize("runs", ["grpo_runs", "ppo_runs"])
+def test_one_vs_four_microbatches(runs, request):
+  runs = request.getfixturevalue(runs)
+  one, four = runs[1], runs[4]
+  assert _max_diff(one.params, four.params) < 1e-6
+  if one.critic_params is not None:
+    assert _max_diff(one.critic_params, four.critic_params) < 1e-6
+  for step in range(2):
+    for key, value in one.metrics[step].items():
+      np.testing.assert_allclose(value, four.metrics[step][key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+def test_first_ppo_epoch_has_ratio_one_and_no_clipping(ppo_runs):
+  first = ppo_runs[1].metrics[0]
+  np.testing.assert_allclose([first["ratio_min"][0], first["ratio_mean"][0], first["ratio_max"][0]],
+                             1.0, atol=1e-5)
+  assert first["clip_fraction"][0] == 0.0
+  assert first["approx_kl_old"][0] < 1e-9
+  assert first["value_loss"][0] > 0 and first["critic_grad_norm"][0] > 0
+  # The second step reuses the same rollout: its ratios are no longer 1.
+  second = ppo_runs[1].metrics[1]
+  assert second["ratio_max"][0] > 1.0 + 1e-6 or second["ratio_min"][0] < 1.0 - 1e-6
+
+
+def test_kl_loss_term_by_hand(grpo_runs):
+  # ref_logp = old_logp - 0.3 on real tokens: at the first update d = ref - logp = -0.3 exactly.
+  first = grpo_runs[1].metrics[0]
+  k3 = np.exp(-0.3) - (-0.3) - 1.0
+  np.testing.assert_allclose(first["kl"][0], k3, rtol=1e-4)
+  np.testing.assert_allclose(first["kl_loss"][0], k3, rtol=1e-4)  # any mean of a constant
+  np.testing.assert_allclose(first["loss"][0], first["pg_loss"][0] + 0.1 * first["kl_loss"][0],
+                             rtol=1e-5, atol=1e-7)
+
+
+def test_metrics_and_gns_inputs_on_one_device(grpo_runs):
+  first = grpo_runs[1].metrics[0]
+  # One device: the per-device gradient is the global one.
+  np.testing.assert_allclose(first["grad_sq_norm_local"], first["grad_sq_norm_global"], rtol=1e-5)
+  assert first["gns_batch_local"][0] == first["gns_batch_global"][0] == 16
+  np.testing.assert_allclose(first["grad_sq_norm_global"][0], first["grad_norm"][0] ** 2, rtol=1e-5)
+  assert first["learning_rate"][0] == pytest.approx(1e-3)
+  assert first["update_norm"][0] > 0 and first["entropy"][0] > 0
+
+
+def test_no_recompilation_after_the_first_step(grpo_runs):
+  run = grpo_runs[1]
+  compiles = []
+
+  def listener(event, duration, **kwargs):  # pylint: disable=unused-argument
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    state = run.state
+    for i in range(2):
+      state, metrics = run.fn(state, run.batch, jax.random.key(i))
+    jax.block_until_ready(metrics)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  assert not compiles
+  assert int(update_lib.unreplicate(state.step)) == 4
+
+
+def test_loss_and_grad_norm_match_a_direct_full_batch_computation():
+  rl = problem.rl_config("dapo", microbatches=2, entropy_coef=0.01)  # token-mean, clip-higher
+  fn, state, batch = problem.setup(rl)
+  host = {k: v[0] for k, v in batch.items()}
+  params = jax.device_get(update_lib.unreplicate(state.params))
+  mask = host["response_mask"]
+
+  def loss_fn(p):
+    logits = forward(p, problem.MODEL, host["tokens"], host["input_mask"]).logits
+    logp = response_logp(logits, host["tokens"], problem.RESPONSE_LEN)
+    adv = jnp.broadcast_to(host["advantages"][:, None], logp.shape)
+    token_loss, _ = ppo_clip(logp, host["old_logp"], adv, mask, clip_eps_low=0.2, clip_eps_high=0.28)
+    entropy = entropy_from_logits(response_logits(logits, problem.RESPONSE_LEN))
+    return (aggregate_loss(token_loss, mask, "token-mean")
+            - 0.01 * aggregate_loss(entropy, mask, "token-mean"))
+
+  loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params)
+  _, metrics = fn(state, batch, jax.random.key(0))
+  np.testing.assert_allclose(metrics["loss"][0], loss, rtol=1e-5, atol=1e-7)
+  grad_norm = float(jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))))
+  np.testing.assert_allclose(metrics["grad_norm"][0], grad_norm, rtol=1e-5)
+  # At ratio 1 the PPO loss is -(token mean of the advantage).
+  expected_pg = -np.sum(host["advantages"][:, None] * mask) / mask.sum()
+  np.testing.assert_allclose(metrics["pg_loss"][0], expected_pg, rtol=1e-5, atol=1e-7)
+
+
+def test_epochs_and_shuffled_minibatches():
+  rl = problem.rl_config("grpo", epochs=2, minibatches=2)
+  run = problem.run_updates(rl, steps=1, optim=problem.optim_config(learning_rate=0.05))
+  metrics = run.metrics[0]
+  # Four optimizer updates, the later ones on a moved policy.
+  assert metrics["ratio_max"][0] > 1.001 or metrics["ratio_min"][0] < 0.999
+  assert metrics["gns_batch_global"][0] == 8  # responses per minibatch
+
+
+def test_batch_errors(grpo_runs):
+  run = grpo_runs[1]
+  with pytest.raises(ValueError, match=r"update batch lacks \['ref_logp'\]"):
+    run.fn(run.state, {k: v for k, v in run.batch.items() if k != "ref_logp"}, jax.random.key(0))
+  with pytest.raises(ValueError, match=r"batch\['old_logp'\] has per-device shape \(16, 4\), expected \(16, 5\)"):
+    run.fn(run.state, {**run.batch, "old_logp": run.batch["old_logp"][..., :4]}, jax.random.key(0))
+  with pytest.raises(ValueError, match="leading device axis of 1"):
+    run.fn(run.state, {k: v[0] for k, v in run.batch.items()}, jax.random.key(0))
+  ppo_fn = update_lib.make_update_fn(problem.MODEL, problem.rl_config("ppo"), optax.adam(1e-3))
+  with pytest.raises(ValueError, match="trains a critic"):
+    ppo_fn(run.state, run.batch, jax.random.key(0))
+
+
+def test_invalid_config_is_rejected_when_building():
+  with pytest.raises(ValueError, match=r"must be divisible by devices \(1\) x rl.minibatches \(1\) x rl.microbatches \(3\)"):
+    update_lib.make_update_fn(problem.MODEL, problem.rl_config("grpo", microbatches=3), optax.adam(1e-3))
+
+
+def test_optimizer_args():
+  rl = problem.rl_config("grpo", epochs=2, minibatches=4)
+  assert update_lib.optimizer_args(rl, rl_steps=10) == {"batch_size": 4, "total_steps": 80}
+
+
+def test_shard_batch_and_replicate_helpers():
+  out = update_lib.shard_batch({"a": np.arange(8), "b": np.ones((8, 2))}, 2)
+  np.testing.assert_array_equal(out["a"], [[0, 1, 2, 3], [4, 5, 6, 7]])
+  assert out["b"].shape == (2, 4, 2)
+  with pytest.raises(ValueError, match="does not split evenly over 3 devices"):
+    update_lib.shard_batch({"a": np.arange(8)}, 3)
+  with pytest.raises(ValueError, match="same leading batch size"):
+    update_lib.shard_batch({"a": np.arange(8), "b": np.arange(4)}, 2)
+  tree = {"w": np.arange(3.0)}
+  np.testing.assert_array_equal(update_lib.unreplicate(update_lib.replicate(tree))["w"], tree["w"])
+  assert update_lib.replicate_key(jax.random.key(0), 2).shape == (2,)

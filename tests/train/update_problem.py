@@ -1,0 +1,128 @@
+"""A small, deterministic RL update problem shared by the update-step tests and their subprocess
+workers (simulated devices, jax.distributed): a tiny policy, a left-padded rollout batch with
+responses of varied lengths, and old_logp (and PPO old values) from the same parameters."""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import ml_collections
+import numpy as np
+
+from experiments.configs.default import get_config
+from rlscale.model.config import ModelConfig
+from rlscale.model.transformer import init_params
+from rlscale.rl.advantages import compute_batch_advantages
+from rlscale.rl.presets import resolve_rl_config
+from rlscale.train import optimizer as optimizer_lib
+from rlscale.train import state as state_lib
+from rlscale.train import update as update_lib
+
+MODEL = ModelConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4,
+                    num_kv_heads=2, head_dim=8)
+PROMPT_LEN, RESPONSE_LEN = 6, 5
+
+
+def rl_config(algorithm: str = "grpo", *, prompts: int = 4, group: int = 4, **fields) -> ml_collections.ConfigDict:
+  cfg = get_config().rl
+  cfg.algorithm, cfg.prompts_per_step, cfg.group_size = algorithm, prompts, group
+  for key, value in fields.items():
+    cfg[key] = value
+  return resolve_rl_config(cfg)
+
+
+def optim_config(**fields) -> ml_collections.ConfigDict:
+  """Adam at lr 1e-3 with eps 1e-4: Adam divides each coordinate's gradient by its own magnitude,
+  so float-rounding noise in coordinates whose gradient is near eps would be blown up to the
+  order of lr; a larger eps keeps parameter comparisons a test of the gradients."""
+  cfg = get_config().optim
+  cfg.learning_rate, cfg.eps, cfg.reference_batch = 1e-3, 1e-4, 16
+  for key, value in fields.items():
+    cfg[key] = value
+  return cfg
+
+
+def rollout_batch(batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+  """Host arrays: left-padded prompts, responses of 1..Tr tokens, rewards in {0, 1}."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(3, MODEL.vocab_size, (batch_size, PROMPT_LEN + RESPONSE_LEN)).astype(np.int32)
+  prompt_lens = rng.integers(2, PROMPT_LEN + 1, (batch_size, 1))
+  prompt_mask = (np.arange(PROMPT_LEN)[None] >= PROMPT_LEN - prompt_lens).astype(np.int32)
+  response_mask = (np.arange(RESPONSE_LEN)[None] < rng.integers(1, RESPONSE_LEN + 1, (batch_size, 1)))
+  response_mask = response_mask.astype(np.int32)
+  tokens[:, :PROMPT_LEN] *= prompt_mask  # pad id 0 on the left
+  tokens[:, PROMPT_LEN:] *= response_mask
+  return {"tokens": tokens, "input_mask": np.concatenate([prompt_mask, response_mask], 1),
+          "response_mask": response_mask,
+          "rewards": rng.integers(0, 2, batch_size).astype(np.float32)}
+
+
+@functools.lru_cache(maxsize=None)
+def _logp_fn(temperature, devices):
+  return update_lib.make_logp_fn(MODEL, temperature, devices=devices)
+
+
+@functools.lru_cache(maxsize=None)
+def _value_fn(devices):
+  return update_lib.make_value_fn(MODEL, devices=devices)
+
+
+def setup(rl, optim=None, *, devices=None, seed: int = 0, ref_shift: float = 0.3):
+  """(update_fn, replicated state, sharded batch) for `rl` on `devices` (default: local devices).
+
+  old_logp and old values come from the initial parameters, ref_logp = old_logp - ref_shift."""
+  devices = list(devices or jax.local_devices())
+  num_devices = len(devices)
+  optim = optim or optim_config()
+  args = update_lib.optimizer_args(rl, rl_steps=4)
+  tx = optimizer_lib.make_optimizer(optim, **args)
+  params = init_params(MODEL, jax.random.key(seed))
+  critic = None
+  if update_lib.uses_critic(rl):
+    critic = state_lib.critic_params_from_policy(params, MODEL, jax.random.key(seed + 1))
+    # A nonzero value head so the clipped value loss has something to clip.
+    critic["value_head"]["kernel"] = critic["value_head"]["kernel"] + 0.1
+  state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic),
+                               devices)
+  host = rollout_batch(rl.prompts_per_step * rl.group_size, seed)
+  rewards = host.pop("rewards")
+  sharded = update_lib.shard_batch(host, num_devices)
+  logp_fn = _logp_fn(rl.temperature, tuple(devices))
+  old_logp = np.asarray(logp_fn(update_lib.replicate(params, devices), sharded)).reshape(
+      host["response_mask"].shape)
+  host["old_logp"] = old_logp
+  host["ref_logp"] = (old_logp - ref_shift) * host["response_mask"]
+  values = None
+  if critic is not None:
+    value_fn = _value_fn(tuple(devices))
+    values = np.asarray(value_fn(update_lib.replicate(critic, devices), sharded)).reshape(old_logp.shape)
+    host["old_values"] = values
+  host.update({k: np.asarray(v) for k, v in compute_batch_advantages(
+      rl, rewards, host["response_mask"], old_logp=old_logp, ref_logp=host["ref_logp"],
+      values=values).items()})
+  fn = update_lib.make_update_fn(MODEL, rl, tx, devices=devices)
+  return fn, state, update_lib.shard_batch(host, num_devices)
+
+
+class Run(NamedTuple):
+  """The update function, its latest state and batch, host params after the last step, and the
+  metrics of every step (host numpy [D] arrays)."""
+  fn: object
+  state: object
+  batch: dict
+  params: dict
+  critic_params: object
+  metrics: list
+
+
+def run_updates(rl, steps: int = 2, *, devices=None, optim=None) -> Run:
+  """`steps` update-step calls on the problem's batch (a fresh key each)."""
+  fn, state, batch = setup(rl, optim, devices=devices)
+  history = []
+  for i in range(steps):
+    state, metrics = fn(state, batch, jax.random.key(100 + i))
+    history.append({k: np.asarray(v) for k, v in jax.device_get(metrics).items()})
+  host = jax.device_get(update_lib.unreplicate(state))
+  return Run(fn, state, batch, host.params, host.critic_params, history)
