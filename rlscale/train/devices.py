@@ -29,13 +29,15 @@ def shard_batch(batch: Mapping[str, Any], num_devices: int) -> dict[str, np.ndar
 
 
 def replicate(tree, devices=None):
-  """Copies every leaf of `tree` to each device (default: jax.local_devices()): [D, ...].
+  """Copies every leaf of `tree` to each local device: [D, ...] with D = len(devices), or the local
+  device count when devices is None (then the copies belong to a pmap over every process's
+  devices, as the update step's default).
 
   The copies are made by a pmapped identity so they carry exactly the sharding that the pmapped
   update step returns: a state replicated here and a state returned by the step hit the same
   compiled executable (a different sharding would compile the step a second time)."""
-  devices = list(devices) if devices is not None else jax.local_devices()
-  stacked = jax.tree.map(lambda x: np.stack([np.asarray(x)] * len(devices)), tree)
+  count = len(devices) if devices is not None else jax.local_device_count()
+  stacked = jax.tree.map(lambda x: np.stack([np.asarray(x)] * count), tree)
   return jax.pmap(lambda x: x, axis_name=AXIS_NAME, devices=devices)(stacked)
 
 

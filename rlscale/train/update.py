@@ -272,15 +272,17 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
   return state.replace(step=state.step + 1), reduced
 
 
-def _device_list(devices):
-  return list(devices) if devices is not None else jax.local_devices()
+def _num_local_devices(devices) -> int:
+  """Devices this process feeds: len(devices), or all local devices when devices is None."""
+  return len(devices) if devices is not None else jax.local_device_count()
 
 
 def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientTransformation, *,
                    critic_optimizer: Optional[optax.GradientTransformation] = None,
                    devices=None) -> Callable:
-  """`update_step` pmapped over `devices` (default: all local devices) with axis "batch" and the
-  state donated.
+  """`update_step` pmapped with axis "batch" and the state donated, over `devices`, or by default
+  over every device of every process (multi-host: each process feeds its local devices, and the
+  psums span all processes, so the loss is over all processes' responses).
 
   Returns fn(state, batch, rng) -> (state, metrics): state replicated ([D, ...] leaves), batch
   with a leading device axis (`shard_batch`), rng one key or D keys (`replicate_key`); metrics
@@ -289,9 +291,9 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
   Raises: ValueError for an invalid rl config (naming the field), or, when called, for a batch
   with missing keys or inconsistent shapes.
   """
-  devices = _device_list(devices)
+  num_devices = _num_local_devices(devices)
   rl = resolve_rl_config(rl_cfg)
-  validate_rl_config(rl, num_devices=len(devices))
+  validate_rl_config(rl, num_devices=num_devices)
   if uses_critic(rl) and critic_optimizer is None:
     critic_optimizer = optimizer
   step = functools.partial(update_step, model_config=model_config, rl_cfg=rl, optimizer=optimizer,
@@ -302,9 +304,9 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
     if uses_critic(rl) and state.critic_params is None:
       raise ValueError(f"rl.advantage={rl.advantage!r} trains a critic: create the state with "
                        "critic_params (see state.critic_params_from_policy)")
-    check_batch(batch, rl, len(devices))
+    check_batch(batch, rl, num_devices)
     if rng.ndim == 0 or (rng.dtype == jnp.uint32 and rng.ndim == 1):
-      rng = replicate_key(rng, len(devices))
+      rng = replicate_key(rng, num_devices)
     return pmapped(state, dict(batch), rng)
 
   return update
@@ -325,7 +327,7 @@ def _forward_response(fn, model_config: ModelConfig, microbatches: int, devices)
     out = jax.lax.map(one, parts)
     return out.reshape((-1,) + out.shape[2:])
 
-  return jax.pmap(per_device, axis_name=AXIS_NAME, devices=_device_list(devices))
+  return jax.pmap(per_device, axis_name=AXIS_NAME, devices=devices)
 
 
 def make_logp_fn(model_config: ModelConfig, temperature: float, *, microbatches: int = 1,

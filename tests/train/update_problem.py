@@ -69,41 +69,54 @@ def _value_fn(devices):
   return update_lib.make_value_fn(MODEL, devices=devices)
 
 
-def setup(rl, optim=None, *, devices=None, seed: int = 0, ref_shift: float = 0.3):
-  """(update_fn, replicated state, sharded batch) for `rl` on `devices` (default: local devices).
-
-  old_logp and old values come from the initial parameters, ref_logp = old_logp - ref_shift."""
-  devices = list(devices or jax.local_devices())
-  num_devices = len(devices)
-  optim = optim or optim_config()
-  args = update_lib.optimizer_args(rl, rl_steps=4)
-  tx = optimizer_lib.make_optimizer(optim, **args)
+def initial_params(rl, seed: int = 0):
+  """(policy params, critic params or None) for `rl`; the critic copies the policy and gets a
+  nonzero value head so the clipped value loss has something to clip."""
   params = init_params(MODEL, jax.random.key(seed))
-  critic = None
-  if update_lib.uses_critic(rl):
-    critic = state_lib.critic_params_from_policy(params, MODEL, jax.random.key(seed + 1))
-    # A nonzero value head so the clipped value loss has something to clip.
-    critic["value_head"]["kernel"] = critic["value_head"]["kernel"] + 0.1
-  state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic),
-                               devices)
+  if not update_lib.uses_critic(rl):
+    return params, None
+  critic = state_lib.critic_params_from_policy(params, MODEL, jax.random.key(seed + 1))
+  critic["value_head"]["kernel"] = critic["value_head"]["kernel"] + 0.1
+  return params, critic
+
+
+def host_batch(rl, params, critic, *, devices, seed: int = 0, ref_shift: float = 0.3):
+  """The full rollout batch as host arrays [B, ...]: old_logp (and old values) from `params`
+  (and `critic`) computed on `devices`, ref_logp = old_logp - ref_shift, advantages (and returns)
+  from `compute_batch_advantages`."""
+  devices = tuple(devices)
   host = rollout_batch(rl.prompts_per_step * rl.group_size, seed)
   rewards = host.pop("rewards")
-  sharded = update_lib.shard_batch(host, num_devices)
-  logp_fn = _logp_fn(rl.temperature, tuple(devices))
-  old_logp = np.asarray(logp_fn(update_lib.replicate(params, devices), sharded)).reshape(
-      host["response_mask"].shape)
+  sharded = update_lib.shard_batch(host, len(devices))
+  old_logp = np.asarray(_logp_fn(rl.temperature, devices)(
+      update_lib.replicate(params, devices), sharded)).reshape(host["response_mask"].shape)
   host["old_logp"] = old_logp
   host["ref_logp"] = (old_logp - ref_shift) * host["response_mask"]
   values = None
   if critic is not None:
-    value_fn = _value_fn(tuple(devices))
-    values = np.asarray(value_fn(update_lib.replicate(critic, devices), sharded)).reshape(old_logp.shape)
-    host["old_values"] = values
+    values = np.asarray(_value_fn(devices)(update_lib.replicate(critic, devices), sharded))
+    host["old_values"] = values = values.reshape(old_logp.shape)
   host.update({k: np.asarray(v) for k, v in compute_batch_advantages(
       rl, rewards, host["response_mask"], old_logp=old_logp, ref_logp=host["ref_logp"],
       values=values).items()})
+  return host
+
+
+def make_optimizer(rl, optim=None):
+  return optimizer_lib.make_optimizer(optim or optim_config(),
+                                      **update_lib.optimizer_args(rl, rl_steps=4))
+
+
+def setup(rl, optim=None, *, devices=None, seed: int = 0, ref_shift: float = 0.3):
+  """(update_fn, replicated state, sharded batch) for `rl` on `devices` (default: local devices)."""
+  devices = list(devices or jax.local_devices())
+  tx = make_optimizer(rl, optim)
+  params, critic = initial_params(rl, seed)
+  state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic),
+                               devices)
+  host = host_batch(rl, params, critic, devices=devices, seed=seed, ref_shift=ref_shift)
   fn = update_lib.make_update_fn(MODEL, rl, tx, devices=devices)
-  return fn, state, update_lib.shard_batch(host, num_devices)
+  return fn, state, update_lib.shard_batch(host, len(devices))
 
 
 class Run(NamedTuple):
