@@ -6,6 +6,7 @@ flags; the work is done by `rlscale.runner.loop.train_and_evaluate`, which Colab
 
 from absl import app
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -18,6 +19,8 @@ flags.mark_flags_as_required(["config", "workdir"])
 def _main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  # orbax logs every checkpoint step at INFO; keep the terminal for progress and results.
+  logging.set_verbosity(logging.WARNING)
   from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
   train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 

@@ -25,7 +25,9 @@ def get_config(arg=None):
 
   # --- Model: the built-in small Qwen3-layout transformer (or an HF checkpoint directory).
   config.model = ml_collections.ConfigDict()
-  # Local HF checkpoint directory (config.json + safetensors + tokenizer.json); None = built-in model.
+  # "builtin" (small transformer, character tokenizer, SFT warm start) or "hf" (checkpoint_path).
+  config.model.source = "builtin"
+  # Local HF checkpoint directory (config.json + safetensors + tokenizer.json) for source="hf".
   config.model.checkpoint_path = ml_collections.config_dict.placeholder(str)
   # Width, depth and heads of the built-in model (ignored when checkpoint_path is set).
   config.model.hidden_size = 128

@@ -19,12 +19,14 @@ from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.runner import sft
 from rlscale.runner.batching import encode_prompts, encode_responses
 from rlscale.runner.evaluate import Evaluator
-from rlscale.sampler import SamplingConfig, Sampler
+from rlscale.sampler.sampler import Sampler
+from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import make_task
 from rlscale.train import update as update_lib
 from rlscale.train.optimizer import make_optimizer
-from rlscale.train.state import create_train_state
+from rlscale.train.state import create_train_state, critic_params_from_policy
 
+MODEL_SOURCES = ("builtin", "hf")
 MODEL_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                 "head_dim", "param_dtype", "dtype")
 
@@ -40,7 +42,9 @@ class Run:
   evaluator: Evaluator
   state: Any  # replicated TrainState
   update_fn: Callable
-  prepare_batch: Callable
+  ref_params: Any  # replicated frozen reference policy (KL), or None
+  ref_logp_fn: Callable | None
+  value_fn: Callable | None
   prompt_buckets: Sequence[int]
   num_devices: int
   warm_start_seconds: float
@@ -68,14 +72,25 @@ def prompt_buckets(max_prompt_tokens: int) -> tuple[int, ...]:
   return tuple(buckets) + (max_prompt_tokens,)
 
 
+def check_model_source(config) -> None:
+  """Raises ValueError / FileNotFoundError for a bad model.source or a missing checkpoint path."""
+  source, path = config.model.source, config.model.checkpoint_path
+  if source not in MODEL_SOURCES:
+    raise ValueError(f"model.source={source!r} is not one of {list(MODEL_SOURCES)}")
+  if source == "hf" and not path:
+    raise ValueError("model.source='hf' needs model.checkpoint_path: a local HF checkpoint "
+                     "directory (config.json, *.safetensors, tokenizer.json); nothing is downloaded")
+  if source == "hf" and not os.path.isdir(path):
+    raise FileNotFoundError(f"model.checkpoint_path={path!r} is not a directory; point it at a "
+                            "local HF checkpoint (config.json, *.safetensors, tokenizer.json)")
+
+
 def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any]:
   """Built-in model (random init from config.seed) or an HF checkpoint from config.model.checkpoint_path."""
-  path = config.model.checkpoint_path
-  if path:
+  check_model_source(config)
+  if config.model.source == "hf":
     from rlscale.model.hf_checkpoint import load_hf_checkpoint  # pylint: disable=g-import-not-at-top
-    if not os.path.isdir(path):
-      raise FileNotFoundError(f"model.checkpoint_path={path!r} is not a directory; point it at a "
-                              "local HF checkpoint (config.json, *.safetensors, tokenizer.json)")
+    path = config.model.checkpoint_path
     model_config, params = load_hf_checkpoint(path)
     log(f"model: loaded {model_config.model_type} checkpoint from {path}")
     return model_config, params
@@ -88,7 +103,7 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any]:
 
 def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   """SFT on the task's reference answers (cached); skipped for HF checkpoints or sft.steps == 0."""
-  if config.model.checkpoint_path or config.sft.steps == 0:
+  if config.model.source == "hf" or config.sft.steps == 0:
     return params, 0.0
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   cache_dir = config.sft.cache_dir or os.path.join(workdir, "sft")
@@ -121,8 +136,10 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   num_devices = jax.local_device_count()
   rl = resolve_rl_config(config.rl)
   validate_rl_config(rl, num_devices=num_devices)
+  check_model_source(config)
   t0 = time.perf_counter()
-  tokenizer = tokenizers_lib.load_tokenizer(config.model.checkpoint_path or "char")
+  tokenizer = tokenizers_lib.load_tokenizer(
+      config.model.checkpoint_path if config.model.source == "hf" else "char")
   task = make_task(config.task, seed=config.seed)
   model_config, params = build_model(config, tokenizer, log)
   params, sft_seconds = warm_start(config, workdir, model_config, params, tokenizer, task, log)
@@ -130,20 +147,31 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   sampling = SamplingConfig(temperature=config.rollout.temperature, top_k=config.rollout.top_k,
                             top_p=config.rollout.top_p)
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
-                    eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets,
-                    params_replicated=True)
+                    eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets)
   batch_size = rl.prompts_per_step * rl.group_size
-  optimizer = make_optimizer(config.optim, batch_size=batch_size, total_steps=config.train.total_steps)
-  state = update_lib.replicate(create_train_state(params, optimizer))
-  update_fn = update_lib.make_update_fn(model_config, rl, optimizer)
+  optimizer = make_optimizer(config.optim, **update_lib.optimizer_args(rl, config.train.total_steps))
+  critic_params, critic_optimizer, value_fn = None, None, None
+  if update_lib.uses_critic(rl):
+    critic_params = critic_params_from_policy(params, model_config, jax.random.key(config.seed + 1))
+    critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
+                                      **update_lib.optimizer_args(rl, config.train.total_steps))
+    value_fn = update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
+  state = update_lib.replicate(create_train_state(
+      params, optimizer, critic_params=critic_params, critic_optimizer=critic_optimizer))
+  update_fn = update_lib.make_update_fn(model_config, rl, optimizer,
+                                        critic_optimizer=critic_optimizer)
+  ref_params, ref_logp_fn = None, None
+  if update_lib.uses_ref_logp(rl):
+    ref_params = update_lib.replicate(params)
+    ref_logp_fn = update_lib.make_logp_fn(model_config, rl.temperature, microbatches=rl.microbatches)
   evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
                         examples=task.eval_examples(config.task.eval_size), prompt_buckets=buckets,
                         num_devices=num_devices, pass_k=config.eval.pass_k,
                         temperature=config.rollout.temperature)
-  prepare_batch = update_lib.make_batch_preparer(model_config, rl, params, num_devices)
   log(f"setup: {num_devices} device(s), B = {rl.prompts_per_step} prompts x {rl.group_size} = "
       f"{batch_size} responses per step, warm start {time.perf_counter() - t0:.1f} s")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
              sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,
-             prepare_batch=prepare_batch, prompt_buckets=buckets, num_devices=num_devices,
+             ref_params=ref_params, ref_logp_fn=ref_logp_fn, value_fn=value_fn,
+             prompt_buckets=buckets, num_devices=num_devices,
              warm_start_seconds=sft_seconds, log=log)

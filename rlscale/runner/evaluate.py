@@ -54,7 +54,7 @@ class Evaluator:
 
   def _rewards(self, params, tokens, mask, rng, sampling, examples) -> np.ndarray:
     (tokens, mask), n = pad_to_multiple([tokens, mask], self.num_devices)
-    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling)
+    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling, params_replicated=True)
     t_r = rollout.response_mask.shape[1]
     texts = decode_responses(self.tokenizer, rollout.tokens[:n, -t_r:], rollout.response_mask[:n])
     rewards, _ = score_batch(self.task, texts, examples, response_lengths=rollout.lengths[:n])

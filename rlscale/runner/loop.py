@@ -20,7 +20,8 @@ import jax
 import numpy as np
 import tqdm
 
-from rlscale.rl.advantages import compute_advantages
+from rlscale.rl import dapo
+from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.runner import builders
 from rlscale.runner.batching import decode_responses, encode_prompts, repeat_groups
 from rlscale.runner.checkpoints import Checkpointer
@@ -30,6 +31,8 @@ from rlscale.tasks.rewards import score_batch
 from rlscale.train import update as update_lib
 
 PHASES = ("generation", "reward", "training", "evaluation")
+# DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
+MAX_SAMPLING_ROUNDS = 4
 
 
 class _StopFlag:
@@ -77,7 +80,6 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
   os.makedirs(workdir, exist_ok=True)
   run = builders.build_run(config, workdir)
   rl = run.rl_config
-  P, G = rl.prompts_per_step, rl.group_size
   with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
     f.write(json.dumps({"config": config.to_dict(), "rl_resolved": rl.to_dict()},
                        indent=2, sort_keys=True, default=str))
@@ -85,15 +87,16 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
   checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
                               keep=config.train.keep_checkpoints)
   state = run.state
-  step, stream_position, wall_offset = 0, 0, 0.0
+  step, wall_offset = 0, 0.0
+  counters = {"samples": 0, "prompts": 0}  # responses generated, prompts drawn from the stream
   phase_totals = dict.fromkeys(PHASES, 0.0)
   latest = checkpointer.latest_step()
   if latest is not None:
     host_state, meta = checkpointer.restore(latest, update_lib.unreplicate(state))
     state = update_lib.replicate(host_state)
-    step, stream_position = int(meta["step"]), int(meta["stream_position"])
+    step, counters = int(meta["step"]), dict(meta["counters"])
     wall_offset, phase_totals = float(meta["wall_seconds"]), dict(meta["phase_seconds"])
-    run.log(f"resumed from checkpoint at step {step} (stream position {stream_position})")
+    run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
   logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
 
   base_key = jax.random.key(config.seed)
@@ -115,9 +118,9 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
   with _StopFlag() as stop:
     while step < total_steps and not stop.stop:
       step_key = jax.random.fold_in(base_key, step)
-      record, state, stream_position = _rl_step(run, state, step_key, stream_position, phase_totals)
+      record, state = _rl_step(run, state, step_key, counters, phase_totals)
       step += 1
-      record.update(step=step, samples=step * P * G, prompts=stream_position)
+      record.update(step=step, **counters)
       if step % config.train.eval_every == 0 or step == total_steps:
         t0 = time.perf_counter()
         last_eval = run.evaluator(state.params, jax.random.fold_in(base_key, 10**9 + step))
@@ -130,7 +133,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
                       acc=f"{last_eval['eval/greedy_accuracy']:.3f}" if last_eval else "-")
       if step % config.train.checkpoint_every == 0 or step == total_steps or stop.stop:
         checkpointer.save(step, update_lib.unreplicate(state), {
-            "step": step, "stream_position": stream_position,
+            "step": step, "counters": counters,
             "wall_seconds": record["wall/total"], "phase_seconds": phase_totals})
   bar.close()
   logger.close()
@@ -138,53 +141,124 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
   if stop.stop and step < total_steps:
     run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
     return {"interrupted": True, "steps": step}
-  return _finish(workdir, config, run, warm_eval, step, phase_totals, start_time, wall_offset)
+  return _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, wall_offset)
 
 
-def _rl_step(run, state, step_key, stream_position, phase_totals):
-  """One rollout batch and its update(s). Returns (metrics record, new state, stream position)."""
+def _generate_groups(run, state, key, stream_position, phase_totals):
+  """Samples G responses for each of the P prompts at `stream_position` and scores them.
+
+  Returns (rollout, rewards [P*G] float32, stream position after them)."""
   rl = run.rl_config
   P, G = rl.prompts_per_step, rl.group_size
-  sample_key, update_key = jax.random.split(step_key)
-
-  t0 = time.perf_counter()
   examples = [run.task.train_example(stream_position + i) for i in range(P)]
-  stream_position += P
-  prompts = [run.task.format_prompt(e) for e in examples]
-  prompt_tokens, prompt_mask = encode_prompts(run.tokenizer, prompts, run.prompt_buckets)
+  prompt_tokens, prompt_mask = encode_prompts(
+      run.tokenizer, [run.task.format_prompt(e) for e in examples], run.prompt_buckets)
   prompt_tokens, prompt_mask = repeat_groups([prompt_tokens, prompt_mask], G)
-  rollout = run.sampler(state.params, prompt_tokens, prompt_mask, sample_key)
+  t0 = time.perf_counter()
+  rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True)
   t1 = time.perf_counter()
   t_r = rollout.response_mask.shape[1]
   texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
   group_examples = [e for e in examples for _ in range(G)]
   rewards, _ = score_batch(run.task, texts, group_examples, response_lengths=rollout.lengths)
-  t2 = time.perf_counter()
-  advantages = np.asarray(compute_advantages(rl.advantage, rewards, group_size=G))
+  if rl.overlong_buffer_frac > 0:
+    buffer = dapo.overlong_buffer_tokens(rl.overlong_buffer_frac, t_r)
+    rewards = rewards + np.asarray(dapo.overlong_penalty(
+        rollout.lengths, max_len=t_r, buffer_len=buffer, penalty_factor=rl.overlong_penalty_factor))
+  phase_totals["generation"] += t1 - t0
+  phase_totals["reward"] += time.perf_counter() - t1
+  return rollout, np.asarray(rewards, np.float32), stream_position + P
+
+
+def _select_groups(rollout, rewards, keep: np.ndarray, group_size: int):
+  """The rows of the groups where keep [P] is True."""
+  rows = np.repeat(keep, group_size)
+  return type(rollout)(*[np.asarray(x)[rows] for x in rollout]), rewards[rows]
+
+
+def _concat(parts):
+  rollouts, rewards = zip(*parts)
+  return (type(rollouts[0])(*[np.concatenate(xs) for xs in zip(*rollouts)]),
+          np.concatenate(rewards))
+
+
+def _collect_rollouts(run, state, key, counters, phase_totals):
+  """One rollout batch of P groups. With DAPO dynamic sampling, groups whose rewards are all equal
+  are dropped and fresh prompts are sampled (up to MAX_SAMPLING_ROUNDS rounds) until P groups with
+  signal are collected; if they run out, zero-signal groups fill the batch so shapes stay static.
+  Every generated response counts toward `samples`."""
+  rl = run.rl_config
+  P, G = rl.prompts_per_step, rl.group_size
+  parts, spare, kept = [], [], 0
+  for round_index in range(MAX_SAMPLING_ROUNDS if rl.dynamic_sampling else 1):
+    rollout, rewards, counters["prompts"] = _generate_groups(
+        run, state, jax.random.fold_in(key, round_index), counters["prompts"], phase_totals)
+    counters["samples"] += P * G
+    if not rl.dynamic_sampling:
+      return rollout, rewards
+    signal_groups = np.asarray(dapo.groups_with_signal(rewards, G))
+    take = np.flatnonzero(signal_groups)[:P - kept]
+    keep = np.zeros(P, bool)
+    keep[take] = True
+    parts.append(_select_groups(rollout, rewards, keep, G))
+    spare.append(_select_groups(rollout, rewards, ~signal_groups, G))
+    kept += len(take)
+    if kept == P:
+      break
+  if kept < P:
+    filler_rollout, filler_rewards = _concat(spare)
+    filler = np.zeros(len(filler_rewards) // G, bool)
+    filler[:P - kept] = True
+    parts.append(_select_groups(filler_rollout, filler_rewards, filler, G))
+  return _concat(parts)
+
+
+def _rl_step(run, state, step_key, counters, phase_totals):
+  """One rollout batch and its update(s); advances `counters` and `phase_totals` in place.
+
+  Returns (metrics record, new state)."""
+  rl = run.rl_config
+  sample_key, update_key = jax.random.split(step_key)
+  before = dict(phase_totals)
+  rollout, rewards = _collect_rollouts(run, state, sample_key, counters, phase_totals)
+  t1 = time.perf_counter()
   batch = {
       "tokens": rollout.tokens,
       "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
       "response_mask": rollout.response_mask,
       "old_logp": rollout.logp,
-      "advantages": advantages,
   }
-  batch = run.prepare_batch(state, batch, rewards)
-  state, metrics = run.update_fn(state, update_lib.shard_batch(batch, run.num_devices),
-                                 update_lib.replicate_key(update_key, run.num_devices))
-  metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0]) for k, v in jax.device_get(metrics).items()}
+  sharded = update_lib.shard_batch(batch, run.num_devices)
+  extras = {}
+  if update_lib.uses_ref_logp(rl):
+    extras["ref_logp"] = run.ref_logp_fn(run.ref_params, sharded)
+  if update_lib.uses_critic(rl):
+    extras["values"] = run.value_fn(state.critic_params, sharded)
+  flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
+  targets = compute_batch_advantages(rl, rewards, rollout.response_mask, old_logp=rollout.logp,
+                                     ref_logp=flat.get("ref_logp"), values=flat.get("values"))
+  if "ref_logp" in extras:
+    sharded["ref_logp"] = extras["ref_logp"]
+  if "values" in extras:
+    sharded["old_values"] = extras["values"]
+  sharded.update(update_lib.shard_batch({k: np.asarray(v) for k, v in targets.items()},
+                                        run.num_devices))
+  t2 = time.perf_counter()
+  state, metrics = run.update_fn(state, sharded, update_lib.replicate_key(update_key, run.num_devices))
+  metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
+             for k, v in jax.device_get(metrics).items()}
   t3 = time.perf_counter()
-  phase_totals["generation"] += t1 - t0
-  phase_totals["reward"] += t2 - t1
-  phase_totals["training"] += t3 - t2
+  phase_totals["training"] += t3 - t1
   lengths = np.asarray(rollout.lengths)
   record = {
-      **group_stats(rewards, G), **metrics,
+      **group_stats(rewards, rl.group_size), **metrics,
       "response/length_mean": float(lengths.mean()),
       "tokens/generated": int(np.asarray(rollout.response_mask).sum()),
-      "tokens/trained": int(np.asarray(batch["input_mask"]).sum()),
-      "time/generation": t1 - t0, "time/reward": t2 - t1, "time/training": t3 - t2,
+      "tokens/trained": int(batch["input_mask"].sum()),
+      **{f"time/{p}": phase_totals[p] - before[p] for p in ("generation", "reward", "training")},
+      "time/advantages": t2 - t1,
   }
-  return record, state, stream_position
+  return record, state
 
 
 def _wall_record(phase_totals, start_time, wall_offset) -> dict[str, float]:
@@ -206,7 +280,7 @@ def _load_warm_eval(workdir):
     return json.load(f)
 
 
-def _finish(workdir, config, run, warm_eval, step, phase_totals, start_time, wall_offset):
+def _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, wall_offset):
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
   plots = plot_curves(records, workdir, title=os.path.abspath(workdir))
   final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
@@ -218,7 +292,8 @@ def _finish(workdir, config, run, warm_eval, step, phase_totals, start_time, wal
       "final_pass_at_k": final_eval.get("eval/pass_at_k"),
       "final_mean_reward": final_eval.get("eval/mean_reward"),
       "steps": step,
-      "samples_consumed": step * config.rl.prompts_per_step * config.rl.group_size,
+      "samples_consumed": counters["samples"],
+      "prompts_consumed": counters["prompts"],
       "wall_seconds": wall_offset + time.perf_counter() - start_time,
       "phase_seconds": {**phase_totals, "warm_start": run.warm_start_seconds},
       "steps_per_second": step / rl_seconds if rl_seconds else None,

@@ -1,0 +1,46 @@
+"""GRPO from a local Qwen3-family HF checkpoint on a local GSM8K-style JSONL, for GPU/TPU users.
+
+Nothing is downloaded: put the checkpoint directory (config.json, model.safetensors or a sharded
+index, tokenizer.json) and the data file on disk and pass their paths:
+
+  python -m rlscale.main --config=experiments/configs/hf_qwen3.py --workdir=runs/qwen3 \
+      --config.model.checkpoint_path=/path/to/Qwen3-0.6B \
+      --config.task.data_path=/path/to/gsm8k_train.jsonl
+
+Missing paths stop the run at once with a message naming the field.
+"""
+
+from rlscale.runner.config_files import load_config_file, sibling
+
+
+def get_config(arg=None):
+  """GRPO with an HF checkpoint as the policy (no SFT warm start) and a local math dataset."""
+  config = load_config_file(sibling(__file__, "default.py"), arg)
+  # Policy from a local HF checkpoint directory (required; nothing is downloaded).
+  config.model.source = "hf"
+  config.model.checkpoint_path = ""
+  # bfloat16 parameters and compute on accelerators.
+  config.model.param_dtype = "bfloat16"
+  config.model.dtype = "bfloat16"
+  # GSM8K-style JSONL ({"question", "answer" ending in "#### N"}) prepared once into TFDS.
+  config.task.source = "local_math"
+  config.task.data_path = ""
+  config.task.prompt_template = (
+      "{prompt}\nPlease reason step by step, and put your final answer within \\boxed{{}}.")
+  config.task.extract_order = "boxed,answer_tag,gsm8k,last_number"
+  config.rollout.max_prompt_tokens = 256
+  config.rollout.max_new_tokens = 512
+  config.rl.prompts_per_step = 32
+  config.rl.group_size = 8
+  config.rl.kl_coef = 0.001
+  config.optim.learning_rate = 1e-6
+  config.optim.warmup_steps = 10
+  # The checkpoint is the warm start: no SFT.
+  config.sft.steps = 0
+  config.train.total_steps = 200
+  config.train.eval_every = 20
+  config.train.checkpoint_every = 20
+  if arg == "smoke":
+    config.rollout.max_new_tokens = 64
+    config.train.total_steps = 2
+  return config
