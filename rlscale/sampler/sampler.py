@@ -1,0 +1,293 @@
+"""Jitted autoregressive sampling with a preallocated KV cache, and a pmapped, bucketed wrapper.
+
+`generate` prefills the left-padded prompt into a cache of Tp + Tr slots in one forward, then decodes
+one token per iteration of a `lax.while_loop` (the flax lm1b / gemma / tunix pattern): per-row
+positions count only real prompt tokens, every step draws with a fresh key `fold_in(rng, step)`, a
+row stops changing after its first EOS, and the loop exits as soon as every row has finished.
+
+`Sampler` holds the static choices (model config, response length, sampling strategy, EOS ids, pad
+id, prompt-length buckets), pads prompts up to a bucket so a handful of shapes are ever compiled,
+and pmaps `generate` over the local devices with a per-device key.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlscale.model.config import ModelConfig
+from rlscale.model.transformer import (KVCache, Transformer, cache_attention_mask, init_cache,
+                                       positions_from_mask)
+from rlscale.sampler.strategies import SamplingConfig, sample_token
+
+AXIS_NAME = "batch"
+
+
+class Rollout(NamedTuple):
+  """Sampled responses for B rows (prompt bucket Tp, response limit Tr).
+
+  Attributes:
+    tokens: [B, Tp + Tr] int32, the left-padded prompt then the response; response slots after
+      the first EOS (and slots never reached) hold pad_id.
+    prompt_mask: [B, Tp] int32, 1 for real prompt tokens.
+    response_mask: [B, Tr] int32, 1 for generated tokens up to and including the first EOS.
+    logp: [B, Tr] float32, log softmax(logits / temperature)[token] of each generated token under
+      the sampling policy before top-k / top-p (see `strategies`), 0 where response_mask is 0.
+    lengths: [B] int32, response length in tokens (sum of response_mask).
+    num_steps: [B] int32, number of response positions the decode loop produced for the batch
+      (device shard) the row was generated in; below Tr when every row of it finished early.
+  """
+  tokens: jax.Array
+  prompt_mask: jax.Array
+  response_mask: jax.Array
+  logp: jax.Array
+  lengths: jax.Array
+  num_steps: jax.Array
+
+
+class DecodeState(NamedTuple):
+  """Carry of the decode `lax.while_loop` (B rows, Tr response slots, S = Tp + Tr cache slots).
+
+  Attributes:
+    step: int32 scalar, response tokens produced so far (the next one goes to column `step`).
+    last_token: [B] int32, the token produced at column step - 1 (fed to the next forward).
+    tokens: [B, Tr] int32 response tokens, pad_id where not produced.
+    logp: [B, Tr] float32, 0 where not produced.
+    response_mask: [B, Tr] int32.
+    done: [B] bool, the row has produced an EOS.
+    cache: KVCache with S slots, filled up to slot Tp + step - 2.
+  """
+  step: jax.Array
+  last_token: jax.Array
+  tokens: jax.Array
+  logp: jax.Array
+  response_mask: jax.Array
+  done: jax.Array
+  cache: KVCache
+
+
+def _is_eos(token: jax.Array, eos_ids: tuple) -> jax.Array:
+  """[B] int32 -> [B] bool; all False when eos_ids is empty (EOS disabled)."""
+  hit = jnp.zeros(token.shape, bool)
+  for eos in eos_ids:
+    hit = hit | (token == eos)
+  return hit
+
+
+def _record(state: DecodeState, token, logp, *, eos_ids: tuple, pad_id: int) -> DecodeState:
+  """Writes the token drawn for column `state.step` (pad_id / 0 / mask 0 for finished rows)."""
+  live = ~state.done
+  token = jnp.where(live, token, pad_id)
+  column = lambda x: x[:, None]  # noqa: E731  [B] -> [B, 1] for the column update
+  write = lambda buf, val: jax.lax.dynamic_update_slice_in_dim(buf, column(val), state.step, axis=1)  # noqa: E731
+  return state._replace(
+      step=state.step + 1,
+      last_token=token,
+      tokens=write(state.tokens, token),
+      logp=write(state.logp, jnp.where(live, logp, 0.0)),
+      response_mask=write(state.response_mask, live.astype(jnp.int32)),
+      done=state.done | _is_eos(token, eos_ids))
+
+
+def _check_generate_args(prompt_tokens, prompt_mask, max_new_tokens, sampling, eos_ids):
+  if prompt_tokens.ndim != 2 or prompt_tokens.shape[1] < 1:
+    raise ValueError(f"prompt_tokens must be [B, Tp] with Tp >= 1, got shape {prompt_tokens.shape}")
+  if prompt_mask.shape != prompt_tokens.shape:
+    raise ValueError(f"prompt_mask shape {prompt_mask.shape} must equal prompt_tokens shape "
+                     f"{prompt_tokens.shape}")
+  if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+  if not isinstance(sampling, SamplingConfig):
+    raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+  if not isinstance(eos_ids, tuple) or not all(isinstance(e, int) for e in eos_ids):
+    raise ValueError(f"eos_ids must be a tuple of ints (() disables EOS), got {eos_ids!r}")
+
+
+def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
+             model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
+             eos_ids: tuple, pad_id: int) -> Rollout:
+  """Samples up to Tr = max_new_tokens tokens after each left-padded prompt (jitted).
+
+  Args:
+    params: the Transformer parameters (the `params` collection), not replicated.
+    prompt_tokens: [B, Tp] int32, left-padded (real tokens at the end of each row).
+    prompt_mask: [B, Tp] {0,1} int, 1 for real tokens. A row must have >= 1 real token.
+    rng: PRNG key; response column i is drawn with fold_in(rng, i).
+    model_config: static ModelConfig of `params`.
+    max_new_tokens: static Tr >= 1.
+    sampling: static SamplingConfig (temperature 0 = greedy).
+    eos_ids: static tuple of token ids that end a response; () disables EOS (always Tr tokens).
+    pad_id: static id written after the first EOS; may equal an EOS id.
+  Returns:
+    Rollout (see its docstring) with B rows.
+  Raises:
+    ValueError: on inconsistent shapes or a bad static argument.
+  """
+  _check_generate_args(prompt_tokens, prompt_mask, max_new_tokens, sampling, eos_ids)
+  return _generate(params, prompt_tokens, prompt_mask, rng, model_config=model_config,
+                   max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id)
+
+
+@functools.partial(jax.jit, static_argnames=("model_config", "max_new_tokens", "sampling",
+                                             "eos_ids", "pad_id"))
+def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_tokens, sampling,
+              eos_ids, pad_id) -> Rollout:
+  """`generate` without the argument checks."""
+  batch, prompt_len = prompt_tokens.shape
+  num_slots = prompt_len + max_new_tokens
+  model = Transformer(model_config)
+  prompt_mask = prompt_mask.astype(jnp.int32)
+  prompt_tokens = prompt_tokens.astype(jnp.int32)
+
+  # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
+  slot_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], axis=1)
+  # Prefill: every prompt slot in one forward.
+  out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
+                    cache_attention_mask(slot_mask, 0, prompt_len),
+                    init_cache(model_config, batch, num_slots), jnp.int32(0))
+  empty = DecodeState(
+      step=jnp.int32(0),
+      last_token=jnp.zeros((batch,), jnp.int32),
+      tokens=jnp.full((batch, max_new_tokens), pad_id, jnp.int32),
+      logp=jnp.zeros((batch, max_new_tokens), jnp.float32),
+      response_mask=jnp.zeros((batch, max_new_tokens), jnp.int32),
+      done=jnp.zeros((batch,), bool),
+      cache=out.cache)
+  record = functools.partial(_record, eos_ids=eos_ids, pad_id=pad_id)
+  # Left padding puts every row's last real prompt token in the last prompt slot.
+  first = record(empty, *sample_token(out.logits[:, -1], jax.random.fold_in(rng, 0), sampling))
+
+  real_prompt_len = prompt_mask.sum(axis=1)
+
+  def cond(state: DecodeState):
+    return (state.step < max_new_tokens) & ~jnp.all(state.done)
+
+  def body(state: DecodeState):
+    slot = prompt_len + state.step - 1  # cache slot of last_token
+    positions = (real_prompt_len + state.step - 1)[:, None]
+    out = model.apply({"params": params}, state.last_token[:, None], positions,
+                      cache_attention_mask(slot_mask, slot, 1), state.cache, slot)
+    token, logp = sample_token(out.logits[:, 0], jax.random.fold_in(rng, state.step), sampling)
+    return record(state._replace(cache=out.cache), token, logp)
+
+  final = jax.lax.while_loop(cond, body, first)
+  return Rollout(
+      tokens=jnp.concatenate([prompt_tokens, final.tokens], axis=1),
+      prompt_mask=prompt_mask,
+      response_mask=final.response_mask,
+      logp=final.logp,
+      lengths=final.response_mask.sum(axis=1, dtype=jnp.int32),
+      num_steps=jnp.full((batch,), final.step, jnp.int32))
+
+
+def pad_to_bucket(prompt_tokens: np.ndarray, prompt_mask: np.ndarray, buckets: Sequence[int],
+                  pad_id: int):
+  """Left-pads [B, Tp] prompts to the smallest bucket >= Tp.
+
+  Returns (tokens [B, bucket] int32, mask [B, bucket] int32).
+  Raises:
+    ValueError: if Tp exceeds the largest bucket.
+  """
+  prompt_len = prompt_tokens.shape[1]
+  fitting = [b for b in sorted(buckets) if b >= prompt_len]
+  if not fitting:
+    raise ValueError(f"prompt length {prompt_len} exceeds the largest prompt bucket "
+                     f"{max(buckets)} (buckets {tuple(sorted(buckets))})")
+  extra = fitting[0] - prompt_len
+  tokens = np.pad(np.asarray(prompt_tokens, np.int32), ((0, 0), (extra, 0)), constant_values=pad_id)
+  mask = np.pad(np.asarray(prompt_mask, np.int32), ((0, 0), (extra, 0)))
+  return tokens, mask
+
+
+class Sampler:
+  """Bucketed, pmapped `generate` with the static choices bound once.
+
+  Args:
+    model_config: ModelConfig of the params passed to `__call__`.
+    max_new_tokens: Tr, response length limit.
+    sampling: default SamplingConfig (a call may override it; each distinct one compiles once).
+    eos_ids: tuple of EOS token ids (() disables EOS).
+    pad_id: id used to left-pad prompts and to fill responses after EOS.
+    prompt_buckets: allowed padded prompt lengths, e.g. (16, 32, 64, 128).
+    devices: devices to pmap over; default `jax.local_devices()`.
+
+  Attributes:
+    num_traces: how many times the generation function was traced (= compilations), for tests.
+
+  Raises:
+    ValueError: on an empty bucket list or a bad argument (via `generate`'s checks at call time).
+  """
+
+  def __init__(self, model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
+               eos_ids: tuple, pad_id: int, prompt_buckets: Sequence[int] = (16, 32, 64, 128, 256),
+               devices: Optional[Sequence[jax.Device]] = None):
+    if not prompt_buckets or any(not isinstance(b, int) or b < 1 for b in prompt_buckets):
+      raise ValueError(f"prompt_buckets must be a non-empty sequence of ints >= 1, got {prompt_buckets!r}")
+    if not isinstance(sampling, SamplingConfig):
+      raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    self.model_config = model_config
+    self.max_new_tokens = max_new_tokens
+    self.sampling = sampling
+    self.eos_ids = tuple(int(e) for e in eos_ids)  # hashable Python ints for the static argument
+    self.pad_id = int(pad_id)
+    self.prompt_buckets = tuple(sorted(prompt_buckets))
+    self.devices = list(devices) if devices is not None else jax.local_devices()
+    self.num_traces = 0
+    # One pmapped function per params layout: replicated (leading device axis) or plain (broadcast).
+    self._generate = {
+        replicated: jax.pmap(self._device_generate, axis_name=AXIS_NAME, devices=self.devices,
+                             in_axes=(0 if replicated else None, 0, 0, None),
+                             static_broadcasted_argnums=(4,))
+        for replicated in (True, False)}
+
+  @property
+  def num_devices(self) -> int:
+    return len(self.devices)
+
+  def _device_generate(self, params, prompt_tokens, prompt_mask, rng, sampling):
+    self.num_traces += 1  # runs only while tracing
+    rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS_NAME))
+    return generate(params, prompt_tokens, prompt_mask, rng, model_config=self.model_config,
+                    max_new_tokens=self.max_new_tokens, sampling=sampling, eos_ids=self.eos_ids,
+                    pad_id=self.pad_id)
+
+  def __call__(self, params, prompt_tokens: np.ndarray, prompt_mask: np.ndarray, rng: jax.Array, *,
+               sampling: Optional[SamplingConfig] = None, params_replicated: bool = False) -> Rollout:
+    """Samples responses for a batch of left-padded prompts.
+
+    Args:
+      params: Transformer params. With params_replicated=False (default) a plain pytree, sent to
+        every device. With params_replicated=True every leaf has a leading axis of size
+        num_devices (the layout of a pmapped TrainState), used as is.
+      prompt_tokens: [B, Tp] int, left-padded; B must be divisible by num_devices.
+      prompt_mask: [B, Tp] {0,1}, 1 for real tokens.
+      rng: PRNG key; device d samples with fold_in(rng, d) (then fold_in(., step) per token).
+      sampling: overrides the default SamplingConfig for this call.
+      params_replicated: see `params`.
+    Returns:
+      Rollout of numpy arrays, B rows, prompt width = the bucket Tp was padded to.
+    Raises:
+      ValueError: if B is not divisible by num_devices, Tp exceeds the largest bucket, shapes
+        disagree, or replicated params do not have a leading axis of size num_devices.
+    """
+    sampling = self.sampling if sampling is None else sampling
+    prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
+    if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
+      raise ValueError(f"prompt_tokens and prompt_mask must both be [B, Tp], got shapes "
+                       f"{prompt_tokens.shape} and {prompt_mask.shape}")
+    batch, n = prompt_tokens.shape[0], self.num_devices
+    if batch % n:
+      raise ValueError(f"batch size B={batch} must be divisible by the number of devices ({n})")
+    if params_replicated:
+      bad = [x.shape for x in jax.tree.leaves(params) if x.ndim < 1 or x.shape[0] != n]
+      if bad:
+        raise ValueError(f"params_replicated=True needs a leading axis of size {n} on every leaf, "
+                         f"got shapes like {bad[0]}")
+    tokens, mask = pad_to_bucket(prompt_tokens, prompt_mask, self.prompt_buckets, self.pad_id)
+    shard = lambda x: x.reshape((n, batch // n) + x.shape[1:])  # noqa: E731
+    out = self._generate[params_replicated](params, shard(tokens), shard(mask), rng, sampling)
+    return Rollout(*(np.asarray(x).reshape((batch,) + x.shape[2:]) for x in out))

@@ -1,0 +1,145 @@
+"""Sampling strategies: greedy, temperature, top-k and top-p (nucleus) over next-token logits.
+
+Order of operations (as in HF `generate` and most RL samplers): divide the logits by the temperature,
+keep the top-k tokens, then keep the nucleus of the remaining distribution, then draw.
+
+The log-probability returned with each token is log softmax(logits / temperature)[token]: the policy
+at the sampling temperature BEFORE top-k / top-p filtering. That is the quantity the trainer
+recomputes from a full forward (`rlscale.model.token_logp(logits, tokens, temperature)`), so
+`old_logp` from the sampler and the trainer's `logp` agree exactly when the parameters are the same.
+With filtering on, the tokens are drawn from the truncated distribution, so this logp is not the
+log-probability of the behaviour distribution; it is the log-probability under the policy the loss
+optimises (the usual choice in PPO/GRPO implementations, which treat truncation as part of the
+environment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """How to pick the next token from logits [B, V].
+
+  Attributes:
+    temperature: >= 0; 0 means greedy (argmax), otherwise logits are divided by it.
+    top_k: >= 0; keep the k most likely tokens (0 = off). Ignored when greedy.
+    top_p: in (0, 1]; keep the smallest set of most likely tokens whose probability mass reaches
+      top_p (Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration"); 1.0 = off.
+      Ignored when greedy.
+
+  Hashable (frozen), so it can be a static argument of a jitted function.
+
+  Raises:
+    ValueError: naming the field, when a value is outside the range above.
+  """
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  def __post_init__(self):
+    if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+      raise ValueError(f"sampling.temperature must be a float >= 0 (0 = greedy), got {self.temperature!r}")
+    if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"sampling.top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
+    if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+      raise ValueError(f"sampling.top_p must be a float in (0, 1] (1.0 = off), got {self.top_p!r}")
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0
+
+
+def top_k_filter(logits: jax.Array, k: int) -> jax.Array:
+  """Sets every logit below the k-th largest of its row to -inf.
+
+  Args:
+    logits: [..., V] float32.
+    k: number of tokens to keep, 0 = keep all. Ties with the k-th largest are all kept.
+  Returns:
+    [..., V] float32, the kept logits unchanged.
+  Raises:
+    ValueError: if k < 0.
+  """
+  if k < 0:
+    raise ValueError(f"top_k must be >= 0, got {k}")
+  if k == 0 or k >= logits.shape[-1]:
+    return logits
+  kth_largest = jax.lax.top_k(logits, k)[0][..., -1:]
+  return jnp.where(logits >= kth_largest, logits, -jnp.inf)
+
+
+def top_p_filter(logits: jax.Array, p: float) -> jax.Array:
+  """Nucleus filter: keeps the smallest set of most likely tokens whose probability reaches p.
+
+  A token is kept iff the probability mass of the tokens ranked strictly above it is < p, so the
+  token that crosses p is included and the most likely token is always kept (never empty).
+  E.g. probs [0.5, 0.3, 0.15, 0.05]: p=0.8 keeps {0, 1}; p=0.5 keeps {0}; p=0.81 keeps {0, 1, 2}.
+  Ties in probability are ranked by token id.
+
+  Args:
+    logits: [..., V] float32 (already divided by the temperature); -inf entries are never kept.
+    p: in (0, 1]; 1.0 keeps everything.
+  Returns:
+    [..., V] float32, the kept logits unchanged and the others -inf.
+  Raises:
+    ValueError: if p is not in (0, 1].
+  """
+  if not 0 < p <= 1:
+    raise ValueError(f"top_p must be in (0, 1], got {p}")
+  if p == 1:
+    return logits
+  order = jnp.argsort(-logits, axis=-1, stable=True)
+  sorted_probs = jnp.take_along_axis(jax.nn.softmax(logits, axis=-1), order, axis=-1)
+  mass_above = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+  keep_sorted = mass_above < p
+  # Scatter the decisions back from rank order to token order.
+  keep = jnp.zeros_like(keep_sorted).at[
+      tuple(jnp.indices(order.shape)[:-1]) + (order,)].set(keep_sorted)
+  return jnp.where(keep, logits, -jnp.inf)
+
+
+def filter_logits(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
+  """Temperature, then top-k, then top-p: logits [..., V] float32 -> the logits drawn from.
+
+  Not meant for greedy configs (temperature 0): raises ValueError there."""
+  if sampling.greedy:
+    raise ValueError("filter_logits needs sampling.temperature > 0; greedy decoding takes the argmax")
+  logits = logits.astype(jnp.float32) / sampling.temperature
+  return top_p_filter(top_k_filter(logits, sampling.top_k), sampling.top_p)
+
+
+def policy_logp(logits: jax.Array, tokens: jax.Array, temperature: float) -> jax.Array:
+  """log softmax(logits / temperature)[tokens], the unfiltered policy (temperature 0 reads as 1).
+
+  Args:
+    logits: [B, V] float32. tokens: [B] int32. temperature: >= 0 (Python float).
+  Returns:
+    [B] float32.
+  """
+  scale = temperature if temperature > 0 else 1.0
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32) / scale, axis=-1)
+  return jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+
+
+def sample_token(logits: jax.Array, rng: jax.Array, sampling: SamplingConfig):
+  """Draws one token per row.
+
+  Args:
+    logits: [B, V] float32 next-token logits.
+    rng: a PRNG key (unused when greedy).
+    sampling: the strategy; temperature 0 takes the argmax (first maximum on ties).
+  Returns:
+    token: [B] int32.
+    logp: [B] float32, log softmax(logits / temperature)[token] before top-k / top-p filtering
+      (module docstring); for greedy decoding the temperature-1 log-probability.
+  """
+  if sampling.greedy:
+    token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  else:
+    token = jax.random.categorical(rng, filter_logits(logits, sampling), axis=-1).astype(jnp.int32)
+  return token, policy_logp(logits, token, sampling.temperature)

@@ -1,0 +1,188 @@
+"""KV-cached generation: left padding, logp vs a full forward, EOS, early exit, seeds, Sampler."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlscale.model import ModelConfig, forward, init_params, token_logp
+from rlscale.sampler.sampler import Sampler, generate, pad_to_bucket
+from rlscale.sampler.strategies import SamplingConfig
+
+CONFIG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                     num_kv_heads=2, head_dim=8)
+TR = 8  # response length limit
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+@functools.lru_cache()
+def _params():
+  params = init_params(CONFIG, jax.random.key(0))
+  # Weights 20x the init: varied greedy continuations whose top-2 logits differ by > 0.1, so no
+  # argmax is decided by float rounding, and temperature-1 samples still vary (mean logp ~ -2.6).
+  return jax.tree.map(lambda x: x * 20 if x.ndim == 2 else x, params)
+
+
+def _prompts():
+  """Three left-padded prompts of 5, 3 and 1 real tokens in 5 slots."""
+  tokens = np.array([[11, 12, 13, 14, 15], [0, 0, 21, 22, 23], [0, 0, 0, 0, 31]], np.int32)
+  return tokens, (tokens != 0).astype(np.int32)
+
+
+def _generate(tokens, mask, rng=jax.random.key(0), sampling=GREEDY, eos_ids=(), pad_id=0, tr=TR):
+  return generate(_params(), jnp.asarray(tokens), jnp.asarray(mask), rng, model_config=CONFIG,
+                  max_new_tokens=tr, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id)
+
+
+def _first_eos_lengths(responses, eos_ids):
+  """Expected response lengths: index of the first EOS + 1, or the full width."""
+  hits = np.isin(responses, eos_ids)
+  return np.where(hits.any(1), hits.argmax(1) + 1, responses.shape[1])
+
+
+def test_left_padded_batch_matches_each_prompt_alone():
+  tokens, mask = _prompts()
+  batch = _generate(tokens, mask)
+  for row in range(3):
+    real = tokens[row, mask[row] == 1][None]
+    alone = _generate(real, np.ones_like(real))
+    np.testing.assert_array_equal(batch.tokens[row, 5:], alone.tokens[0, real.shape[1]:])
+    np.testing.assert_allclose(batch.logp[row], alone.logp[0], atol=1e-5)
+  assert batch.tokens.shape == (3, 5 + TR) and batch.tokens.dtype == jnp.int32
+  np.testing.assert_array_equal(batch.tokens[:, :5], tokens)
+  np.testing.assert_array_equal(batch.prompt_mask, mask)
+  np.testing.assert_array_equal(batch.response_mask, np.ones((3, TR)))
+  np.testing.assert_array_equal(batch.lengths, [TR] * 3)
+  np.testing.assert_array_equal(batch.num_steps, [TR] * 3)
+
+
+def _full_forward(rollout):
+  """Logits [B, Tr, V] for each response position, from one uncached forward."""
+  tp = rollout.prompt_mask.shape[1]
+  input_mask = jnp.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1)
+  logits = forward(_params(), CONFIG, rollout.tokens, input_mask).logits
+  return logits[:, tp - 1:-1]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logp_equals_full_forward_token_logp(temperature):
+  tokens, mask = _prompts()
+  rollout = _generate(tokens, mask, sampling=SamplingConfig(temperature=temperature), eos_ids=(7,))
+  expected = token_logp(_full_forward(rollout), rollout.tokens[:, 5:], temperature)
+  expected = jnp.where(rollout.response_mask == 1, expected, 0.0)
+  np.testing.assert_allclose(rollout.logp, expected, atol=1e-5)
+
+
+def test_greedy_is_argmax_of_full_forward_for_any_key():
+  tokens, mask = _prompts()
+  first = _generate(tokens, mask, rng=jax.random.key(1))
+  np.testing.assert_array_equal(first.tokens, _generate(tokens, mask, rng=jax.random.key(2)).tokens)
+  np.testing.assert_array_equal(first.tokens[:, 5:], jnp.argmax(_full_forward(first), axis=-1))
+  expected = token_logp(_full_forward(first), first.tokens[:, 5:], 1.0)
+  np.testing.assert_allclose(first.logp, expected, atol=1e-5)
+
+
+def test_eos_equal_to_pad_masks_through_first_eos_only():
+  tokens, mask = _prompts()
+  free = np.asarray(_generate(tokens, mask).tokens[:, 5:])  # no EOS: the greedy continuation
+  eos = int(free[0, 2])  # row 0 ends at column 2 (or earlier if the token came before)
+  rollout = _generate(tokens, mask, eos_ids=(eos,), pad_id=eos)
+  lengths = _first_eos_lengths(free, [eos])
+  assert lengths[0] <= 3
+  np.testing.assert_array_equal(rollout.lengths, lengths)
+  for row in range(3):
+    n = lengths[row]
+    np.testing.assert_array_equal(rollout.response_mask[row], [1] * n + [0] * (TR - n))
+    np.testing.assert_array_equal(rollout.tokens[row, 5:5 + n], free[row, :n])  # EOS included
+    np.testing.assert_array_equal(rollout.tokens[row, 5 + n:], eos)  # pad_id afterwards
+    np.testing.assert_array_equal(rollout.logp[row, n:], 0.0)
+    assert np.all(np.asarray(rollout.logp[row, :n]) < 0)
+
+
+def test_multiple_eos_ids_and_early_exit():
+  tokens, mask = _prompts()
+  free = np.asarray(_generate(tokens, mask).tokens[:, 5:])
+  eos_ids = (int(free[0, 1]), int(free[1, 3]), int(free[2, 0]))
+  rollout = _generate(tokens, mask, eos_ids=eos_ids, pad_id=0)
+  lengths = _first_eos_lengths(free, eos_ids)
+  np.testing.assert_array_equal(rollout.lengths, lengths)
+  np.testing.assert_array_equal(rollout.response_mask.sum(1), lengths)
+  assert lengths.max() <= 4
+  # The loop stopped as soon as the last row finished, not at Tr.
+  np.testing.assert_array_equal(rollout.num_steps, [lengths.max()] * 3)
+  np.testing.assert_array_equal(rollout.tokens[:, 5 + lengths.max():], 0)
+
+
+def test_no_eos_runs_to_the_limit():
+  tokens, mask = _prompts()
+  rollout = _generate(tokens, mask, sampling=SamplingConfig(), eos_ids=())
+  np.testing.assert_array_equal(rollout.lengths, [TR] * 3)
+  np.testing.assert_array_equal(rollout.num_steps, [TR] * 3)
+
+
+def test_same_seed_same_samples_other_seed_differs():
+  tokens, mask = _prompts()
+  sample = lambda seed: np.asarray(  # noqa: E731
+      _generate(tokens, mask, rng=jax.random.key(seed), sampling=SamplingConfig()).tokens)
+  np.testing.assert_array_equal(sample(3), sample(3))
+  assert np.mean(sample(3)[:, 5:] != sample(4)[:, 5:]) > 0.5
+
+
+def test_generate_rejects_bad_shapes():
+  tokens, mask = _prompts()
+  with pytest.raises(ValueError, match="prompt_mask shape"):
+    _generate(tokens, mask[:, 1:])
+  with pytest.raises(ValueError, match="eos_ids"):
+    _generate(tokens, mask, eos_ids=[3])
+  with pytest.raises(ValueError, match="max_new_tokens"):
+    _generate(tokens, mask, tr=0)
+
+
+def test_pad_to_bucket_left_pads_to_the_smallest_bucket():
+  tokens, mask = _prompts()
+  padded, padded_mask = pad_to_bucket(tokens, mask, (4, 8, 16), pad_id=9)
+  assert padded.shape == (3, 8)
+  np.testing.assert_array_equal(padded[:, :3], 9)
+  np.testing.assert_array_equal(padded[:, 3:], tokens)
+  np.testing.assert_array_equal(padded_mask[:, :3], 0)
+  with pytest.raises(ValueError, match="largest prompt bucket 4"):
+    pad_to_bucket(tokens, mask, (2, 4), pad_id=0)
+
+
+def test_sampler_buckets_and_compiles_once_per_bucket():
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8, 16))
+  tokens, mask = _prompts()
+  rng = jax.random.key(5)
+  out = sampler(_params(), tokens, mask, rng)
+  assert isinstance(out.tokens, np.ndarray) and out.tokens.shape == (3, 8 + TR)
+  # One device: device 0 samples with fold_in(rng, 0) on the prompt padded to the bucket.
+  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
+  expected = _generate(padded, padded_mask, rng=jax.random.fold_in(rng, 0), sampling=SamplingConfig())
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  np.testing.assert_allclose(out.logp, expected.logp, atol=1e-6)
+  sampler(_params(), tokens[:, 1:], mask[:, 1:], jax.random.key(6))  # Tp 4 -> same bucket 8
+  sampler(_params(), tokens[:, 2:], mask[:, 2:], jax.random.key(7))
+  assert sampler.num_traces == 1
+  wide = np.pad(tokens, ((0, 0), (7, 0)))
+  sampler(_params(), wide, (wide != 0).astype(np.int32), rng)  # Tp 12 -> bucket 16
+  assert sampler.num_traces == 2
+  sampler(_params(), tokens, mask, rng, sampling=GREEDY)  # another strategy compiles once more
+  sampler(_params(), tokens, mask, rng, sampling=GREEDY)
+  assert sampler.num_traces == 3
+
+
+def test_sampler_accepts_replicated_params_and_checks_them():
+  sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=(8,))
+  tokens, mask = _prompts()
+  plain = sampler(_params(), tokens, mask, jax.random.key(0))
+  replicated = jax.tree.map(lambda x: x[None], _params())
+  again = sampler(replicated, tokens, mask, jax.random.key(0), params_replicated=True)
+  np.testing.assert_array_equal(plain.tokens, again.tokens)
+  with pytest.raises(ValueError, match="leading axis of size 1"):
+    sampler(_params(), tokens, mask, jax.random.key(0), params_replicated=True)
+  with pytest.raises(ValueError, match="largest prompt bucket"):
+    sampler(_params(), np.zeros((3, 9), np.int32), np.ones((3, 9), np.int32), jax.random.key(0))
+  with pytest.raises(ValueError, match="prompt_buckets"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=())

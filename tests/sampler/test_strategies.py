@@ -1,0 +1,99 @@
+"""Sampling strategies: config validation, top-k / top-p on hand-made distributions, greedy, logp."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlscale.sampler import strategies
+
+PROBS = np.array([0.5, 0.3, 0.15, 0.05], np.float32)
+
+
+def _kept(filtered):
+  return set(np.flatnonzero(np.isfinite(np.asarray(filtered))).tolist())
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"temperature": -0.1}, "sampling.temperature"),
+    ({"top_k": -1}, "sampling.top_k"),
+    ({"top_k": 2.5}, "sampling.top_k"),
+    ({"top_p": 0.0}, "sampling.top_p"),
+    ({"top_p": 1.5}, "sampling.top_p"),
+])
+def test_sampling_config_rejects_bad_fields(kwargs, field):
+  with pytest.raises(ValueError, match=field):
+    strategies.SamplingConfig(**kwargs)
+
+
+def test_sampling_config_is_hashable_and_greedy_at_zero():
+  assert hash(strategies.SamplingConfig()) == hash(strategies.SamplingConfig(1.0, 0, 1.0))
+  assert strategies.SamplingConfig(temperature=0.0).greedy
+  assert not strategies.SamplingConfig(temperature=0.5).greedy
+
+
+@pytest.mark.parametrize("p, expected", [
+    (0.8, {0, 1}),  # 0.5 + 0.3 reaches 0.8 exactly: token 2 is not needed
+    (0.5, {0}),
+    (0.81, {0, 1, 2}),  # token 2 crosses 0.81 and is included
+    (0.1, {0}),  # never empty
+    (1.0, {0, 1, 2, 3}),
+])
+def test_top_p_keeps_smallest_set_reaching_p(p, expected):
+  assert _kept(strategies.top_p_filter(jnp.log(PROBS), p)) == expected
+
+
+def test_top_p_is_per_row_and_order_independent():
+  logits = jnp.log(jnp.stack([PROBS, PROBS[::-1]]))  # second row: most likely token is 3
+  filtered = strategies.top_p_filter(logits, 0.7)
+  assert _kept(filtered[0]) == {0, 1}
+  assert _kept(filtered[1]) == {3, 2}
+  np.testing.assert_array_equal(filtered[0, :2], jnp.log(PROBS)[:2])  # kept logits unchanged
+
+
+@pytest.mark.parametrize("k, expected", [(1, {0}), (2, {0, 1}), (3, {0, 1, 2}), (0, {0, 1, 2, 3}),
+                                         (9, {0, 1, 2, 3})])
+def test_top_k_keeps_k_largest(k, expected):
+  logits = jnp.log(PROBS[[2, 0, 3, 1]])  # token order shuffled: ranks are 1, 3, 0, 2
+  rank_to_token = {0: 1, 1: 3, 2: 0, 3: 2}
+  assert _kept(strategies.top_k_filter(logits, k)) == {rank_to_token[r] for r in expected}
+
+
+def test_filters_reject_bad_arguments():
+  with pytest.raises(ValueError, match="top_p"):
+    strategies.top_p_filter(jnp.zeros(4), 0.0)
+  with pytest.raises(ValueError, match="top_k"):
+    strategies.top_k_filter(jnp.zeros(4), -2)
+  with pytest.raises(ValueError, match="temperature"):
+    strategies.filter_logits(jnp.zeros(4), strategies.SamplingConfig(temperature=0.0))
+
+
+def test_greedy_is_argmax_for_any_key_with_temperature_one_logp():
+  logits = jax.random.normal(jax.random.key(0), (5, 11)) * 3
+  greedy = strategies.SamplingConfig(temperature=0.0)
+  expected_logp = jax.nn.log_softmax(logits)[jnp.arange(5), jnp.argmax(logits, -1)]
+  for seed in range(3):
+    token, logp = strategies.sample_token(logits, jax.random.key(seed), greedy)
+    np.testing.assert_array_equal(token, np.argmax(logits, -1))
+    assert token.dtype == jnp.int32
+    np.testing.assert_allclose(logp, expected_logp, rtol=1e-6)
+    assert np.all(np.isfinite(logp))
+
+
+def test_logp_is_unfiltered_policy_at_temperature():
+  logits = jnp.log(jnp.tile(PROBS, (3, 1)))
+  sampling = strategies.SamplingConfig(temperature=0.7, top_k=2)
+  token, logp = strategies.sample_token(logits, jax.random.key(1), sampling)
+  tempered = PROBS ** (1 / 0.7) / np.sum(PROBS ** (1 / 0.7))  # softmax(log p / T) by hand
+  np.testing.assert_allclose(logp, np.log(tempered[np.asarray(token)]), rtol=1e-5)
+
+
+def test_samples_follow_the_filtered_tempered_distribution():
+  n = 20000
+  logits = jnp.log(jnp.tile(PROBS, (n, 1)))
+  token, _ = strategies.sample_token(logits, jax.random.key(2), strategies.SamplingConfig(temperature=0.5))
+  tempered = PROBS ** 2 / np.sum(PROBS ** 2)  # [0.6757, 0.2432, 0.0608, 0.0068]
+  np.testing.assert_allclose(np.bincount(np.asarray(token), minlength=4) / n, tempered, atol=0.015)
+  token, _ = strategies.sample_token(logits, jax.random.key(3), strategies.SamplingConfig(top_p=0.8))
+  np.testing.assert_allclose(np.bincount(np.asarray(token), minlength=4) / n,
+                             [0.5 / 0.8, 0.3 / 0.8, 0, 0], atol=0.015)
