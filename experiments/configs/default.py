@@ -54,7 +54,7 @@ def get_config(arg=None):
   # Local JSONL path for source="local_math".
   config.task.data_path = ml_collections.config_dict.placeholder(str)
   # Number of held-out evaluation prompts (never in the training stream).
-  config.task.eval_size = 128
+  config.task.eval_size = 256
   # Share of question space held out for evaluation (by question hash), and the seed of the
   # held-out draw (independent of config.seed, so every run of a sweep sees the same prompts).
   config.task.holdout_fraction = 0.1
@@ -83,11 +83,11 @@ def get_config(arg=None):
   # --- Rollouts.
   config.rollout = ml_collections.ConfigDict()
   # Longest prompt in tokens (prompts are left-padded to a bucket no longer than this).
-  config.rollout.max_prompt_tokens = 48
+  config.rollout.max_prompt_tokens = 16
   # Response length limit in tokens (responses stop earlier at EOS).
-  config.rollout.max_new_tokens = 16
+  config.rollout.max_new_tokens = 8
   # Sampling temperature, top-k (0 = off) and top-p (1.0 = off) for training rollouts.
-  config.rollout.temperature = 1.0
+  config.rollout.temperature = 0.5
   config.rollout.top_k = 0
   config.rollout.top_p = 1.0
 
@@ -96,7 +96,7 @@ def get_config(arg=None):
   # Preset: grpo, dr_grpo, dapo, rloo, reinforce_pp, ppo (fills the fields below unless overridden).
   config.rl.algorithm = "grpo"
   # Prompts per optimizer step (P) and samples per prompt (G): B = P * G responses.
-  config.rl.prompts_per_step = 16
+  config.rl.prompts_per_step = 32
   config.rl.group_size = 8
   # Passes over each rollout batch, and minibatches (optimizer steps) per pass.
   config.rl.epochs = 1
@@ -145,7 +145,7 @@ def get_config(arg=None):
   # "adam" or "adamw".
   config.optim.optimizer = "adam"
   # Learning rate at the reference batch (before LR scaling).
-  config.optim.learning_rate = 3e-5
+  config.optim.learning_rate = 1e-4
   config.optim.b1 = 0.9
   config.optim.b2 = 0.999
   config.optim.eps = 1e-8
@@ -161,13 +161,13 @@ def get_config(arg=None):
   config.optim.critic_learning_rate = placeholder(float)
   # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt".
   config.optim.lr_scaling = "none"
-  config.optim.reference_batch = 128
+  config.optim.reference_batch = 256
   # Adjust Adam betas/eps for the batch ratio (see design.md).
   config.optim.adjust_adam = False
 
   # --- Supervised warm start on the task's reference answers (cached; sweeps reuse it).
   config.sft = ml_collections.ConfigDict()
-  config.sft.steps = 300
+  config.sft.steps = 150
   config.sft.batch_size = 64
   config.sft.learning_rate = 1e-3
   # Shared cache directory for warm starts; None = <workdir>/sft.
@@ -175,7 +175,7 @@ def get_config(arg=None):
 
   # --- Loop, evaluation, checkpoints.
   config.train = ml_collections.ConfigDict()
-  config.train.total_steps = 200
+  config.train.total_steps = 400
   config.train.eval_every = 50
   config.train.checkpoint_every = 50
   config.train.keep_checkpoints = 2

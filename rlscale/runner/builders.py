@@ -85,6 +85,21 @@ def check_model_source(config) -> None:
                             "local HF checkpoint (config.json, *.safetensors, tokenizer.json)")
 
 
+def check_train_config(config) -> None:
+  """Raises ValueError naming the bad train.* / eval.* / sft.* field."""
+  for field in ("total_steps", "eval_every", "checkpoint_every", "keep_checkpoints"):
+    value = config.train[field]
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f"train.{field} must be an int >= 1, got {value!r}")
+  if not isinstance(config.eval.pass_k, int) or config.eval.pass_k < 1:
+    raise ValueError(f"eval.pass_k must be an int >= 1, got {config.eval.pass_k!r}")
+  if config.sft.steps < 0 or (config.sft.steps and config.sft.batch_size < 1):
+    raise ValueError(f"sft.steps must be >= 0 and sft.batch_size >= 1, got {config.sft.steps}, "
+                     f"{config.sft.batch_size}")
+  if config.sft.learning_rate <= 0:
+    raise ValueError(f"sft.learning_rate must be > 0, got {config.sft.learning_rate}")
+
+
 def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any]:
   """Built-in model (random init from config.seed) or an HF checkpoint from config.model.checkpoint_path."""
   check_model_source(config)
@@ -137,24 +152,28 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   rl = resolve_rl_config(config.rl)
   validate_rl_config(rl, num_devices=num_devices)
   check_model_source(config)
-  t0 = time.perf_counter()
-  tokenizer = tokenizers_lib.load_tokenizer(
-      config.model.checkpoint_path if config.model.source == "hf" else "char")
-  task = make_task(config.task, seed=config.seed)
-  model_config, params = build_model(config, tokenizer, log)
-  params, sft_seconds = warm_start(config, workdir, model_config, params, tokenizer, task, log)
+  check_train_config(config)
+  # Everything that can be checked without the model is checked before the (slow) warm start.
+  optimizer_args = update_lib.optimizer_args(rl, config.train.total_steps)
+  optimizer = make_optimizer(config.optim, **optimizer_args)
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   sampling = SamplingConfig(temperature=config.rollout.temperature, top_k=config.rollout.top_k,
                             top_p=config.rollout.top_p)
+  task = make_task(config.task, seed=config.seed)
+  eval_examples = task.eval_examples(config.task.eval_size)
+  t0 = time.perf_counter()
+  tokenizer = tokenizers_lib.load_tokenizer(
+      config.model.checkpoint_path if config.model.source == "hf" else "char")
+  model_config, params = build_model(config, tokenizer, log)
+  params, sft_seconds = warm_start(config, workdir, model_config, params, tokenizer, task, log)
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
                     eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets)
   batch_size = rl.prompts_per_step * rl.group_size
-  optimizer = make_optimizer(config.optim, **update_lib.optimizer_args(rl, config.train.total_steps))
   critic_params, critic_optimizer, value_fn = None, None, None
   if update_lib.uses_critic(rl):
     critic_params = critic_params_from_policy(params, model_config, jax.random.key(config.seed + 1))
     critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
-                                      **update_lib.optimizer_args(rl, config.train.total_steps))
+                                      **optimizer_args)
     value_fn = update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
   state = update_lib.replicate(create_train_state(
       params, optimizer, critic_params=critic_params, critic_optimizer=critic_optimizer))
@@ -165,7 +184,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
     ref_params = update_lib.replicate(params)
     ref_logp_fn = update_lib.make_logp_fn(model_config, rl.temperature, microbatches=rl.microbatches)
   evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
-                        examples=task.eval_examples(config.task.eval_size), prompt_buckets=buckets,
+                        examples=eval_examples, prompt_buckets=buckets,
                         num_devices=num_devices, pass_k=config.eval.pass_k,
                         temperature=config.rollout.temperature)
   log(f"setup: {num_devices} device(s), B = {rl.prompts_per_step} prompts x {rl.group_size} = "

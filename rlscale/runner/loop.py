@@ -68,8 +68,14 @@ def group_stats(rewards: np.ndarray, group_size: int) -> dict[str, float]:
           "groups/all_correct": float((groups.min(axis=1) >= 1.0 - 1e-6).mean())}
 
 
-def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
+def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = None) -> dict[str, Any]:
   """Runs (or resumes) the experiment `config` in `workdir` and returns the summary dict.
+
+  Args:
+    config: a ConfigDict as from experiments/configs/*.py.
+    workdir: run directory; an existing checkpoint there is resumed.
+    stop_after_steps: checkpoint and return after this many RL steps in this call (for jobs with a
+      time limit, and for resume tests); the next call continues. None runs to train.total_steps.
 
   Writes into workdir: config.json (resolved), metrics.jsonl, tensorboard/, checkpoints/,
   curves_vs_samples.png, curves_vs_wall_time.png and summary.json.
@@ -113,6 +119,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     warm_eval = _load_warm_eval(workdir)
 
   total_steps = config.train.total_steps
+  first_step = step
   last_eval = None
   bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True)
   with _StopFlag() as stop:
@@ -121,6 +128,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
       record, state = _rl_step(run, state, step_key, counters, phase_totals)
       step += 1
       record.update(step=step, **counters)
+      if stop_after_steps is not None and step - first_step >= stop_after_steps:
+        stop.stop = True
       if step % config.train.eval_every == 0 or step == total_steps:
         t0 = time.perf_counter()
         last_eval = run.evaluator(state.params, jax.random.fold_in(base_key, 10**9 + step))
