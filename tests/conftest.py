@@ -2,3 +2,8 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Identical programs (the same tiny model in several end-to-end runs) compile once per session.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "/tmp/rlscale_test_jax_cache")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
