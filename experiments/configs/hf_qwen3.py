@@ -10,6 +10,8 @@ index, tokenizer.json) and the data file on disk and pass their paths:
 Missing paths stop the run at once with a message naming the field.
 """
 
+import ml_collections
+
 from rlscale.runner.config_files import load_config_file, sibling
 
 
@@ -24,6 +26,8 @@ def get_config(arg=None):
   config.model.dtype = "bfloat16"
   # GSM8K-style JSONL ({"question", "answer" ending in "#### N"}) prepared once into TFDS.
   config.task.source = "local_math"
+  # Generator kwargs are for reasoning_gym sources only.
+  config.task.kwargs = ml_collections.ConfigDict()
   config.task.data_path = ""
   config.task.prompt_template = (
       "{prompt}\nPlease reason step by step, and put your final answer within \\boxed{{}}.")

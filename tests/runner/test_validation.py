@@ -1,0 +1,53 @@
+"""A wrong config stops the run before any work, with an error naming the field and allowed values."""
+
+import pytest
+
+from rlscale.runner.builders import build_run, prompt_buckets
+from tests.runner.runner_configs import tiny_config
+
+
+def _build(tmp_path, **overrides):
+  config = tiny_config()
+  for dotted, value in overrides.items():
+    section, field = dotted.split("__")
+    config[section][field] = value
+  return build_run(config, str(tmp_path), log=lambda _: None)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"rl__policy_loss": "nope"}, "ppo_clip"),  # lists the registered losses
+    ({"rl__advantage": "nope"}, "grpo"),  # lists the registered estimators
+    ({"rl__algorithm": "nope"}, "rl.algorithm"),
+    ({"rl__group_size": 1, "rl__batch_size": 2}, "rl.group_size"),
+    ({"rl__microbatches": 3}, "microbatches"),
+    ({"optim__learning_rate": 0.0}, "optim.learning_rate"),
+    ({"optim__learning_rate": -1e-4}, "optim.learning_rate"),
+    ({"optim__schedule": "exp"}, "optim.schedule"),
+    ({"model__source": "web"}, "model.source"),
+    ({"model__source": "hf"}, "model.checkpoint_path"),
+    ({"task__source": "nope"}, "task.source"),
+    ({"task__scorer": "nope"}, "task.scorer"),
+    ({"train__eval_every": 0}, "train.eval_every"),
+    ({"sft__learning_rate": 0.0}, "sft.learning_rate"),
+])
+def test_bad_config_names_the_field(tmp_path, overrides, message):
+  with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+    _build(tmp_path, **overrides)
+
+
+def test_missing_checkpoint_directory(tmp_path):
+  with pytest.raises(FileNotFoundError, match="model.checkpoint_path"):
+    _build(tmp_path, model__source="hf", model__checkpoint_path=str(tmp_path / "missing"))
+
+
+def test_missing_local_data_file(tmp_path):
+  with pytest.raises((FileNotFoundError, ValueError), match="missing.jsonl"):
+    _build(tmp_path, task__source="local_math", task__kwargs={},
+           task__data_path=str(tmp_path / "missing.jsonl"))
+
+
+def test_prompt_buckets():
+  assert prompt_buckets(16) == (16,)
+  assert prompt_buckets(100) == (16, 32, 64, 100)
+  with pytest.raises(ValueError, match="rollout.max_prompt_tokens"):
+    prompt_buckets(0)
