@@ -48,7 +48,7 @@ def get_config(arg=None):
   config.task.name = "chain_sum"
   # Generator kwargs passed to reasoning_gym.create_dataset.
   config.task.kwargs = ml_collections.ConfigDict(
-      dict(min_terms=2, max_terms=3, min_digits=1, max_digits=1))
+      dict(min_terms=3, max_terms=3, min_digits=1, max_digits=1))
   # Scorer: "verifier" (rlscale's sympy verifier) or "native" (the generator's score_answer).
   config.task.scorer = "verifier"
   # Local JSONL path for source="local_math".
@@ -167,7 +167,7 @@ def get_config(arg=None):
 
   # --- Supervised warm start on the task's reference answers (cached; sweeps reuse it).
   config.sft = ml_collections.ConfigDict()
-  config.sft.steps = 150
+  config.sft.steps = 300
   config.sft.batch_size = 64
   config.sft.learning_rate = 1e-3
   # Shared cache directory for warm starts; None = <workdir>/sft.
@@ -175,7 +175,7 @@ def get_config(arg=None):
 
   # --- Loop, evaluation, checkpoints.
   config.train = ml_collections.ConfigDict()
-  config.train.total_steps = 400
+  config.train.total_steps = 500
   config.train.eval_every = 50
   config.train.checkpoint_every = 50
   config.train.keep_checkpoints = 2
