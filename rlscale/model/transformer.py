@@ -21,12 +21,16 @@ from rlscale.model.config import ModelConfig, RopeScaling
 class KVCache(NamedTuple):
   """Preallocated keys and values for every layer.
 
+  One array per layer (not one stacked [L, ...] array) so a decode step updates each buffer in place
+  instead of slicing out and re-stacking copies; heads-major so attention reads each (row, head)'s
+  [S, D] block contiguously.
+
   Attributes:
-    k: [L, B, S, K, D] keys (already rotated), compute dtype.
-    v: [L, B, S, K, D] values.
+    k: tuple of L arrays [B, K, S, D], keys (already rotated), compute dtype.
+    v: tuple of L arrays [B, K, S, D], values.
   """
-  k: jax.Array
-  v: jax.Array
+  k: tuple
+  v: tuple
 
 
 class ModelOutput(NamedTuple):
@@ -38,8 +42,9 @@ class ModelOutput(NamedTuple):
 
 def init_cache(config: ModelConfig, batch: int, length: int) -> KVCache:
   """Zero cache for `batch` rows of `length` slots (S) in the compute dtype."""
-  shape = (config.num_layers, batch, length, config.num_kv_heads, config.head_dim)
-  return KVCache(jnp.zeros(shape, config.jnp_dtype), jnp.zeros(shape, config.jnp_dtype))
+  shape = (batch, config.num_kv_heads, length, config.head_dim)
+  zeros = lambda: tuple(jnp.zeros(shape, config.jnp_dtype) for _ in range(config.num_layers))  # noqa: E731
+  return KVCache(zeros(), zeros())
 
 
 def positions_from_mask(input_mask: jax.Array) -> jax.Array:
@@ -147,17 +152,29 @@ class Attention(nn.Module):
     k = apply_rope(k, positions, inv_freq)
     new_cache = None
     if layer_cache is not None:
-      cache_k, cache_v = layer_cache
-      cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), cache_index, axis=1)
-      cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), cache_index, axis=1)
+      cache_k, cache_v = layer_cache  # [B, K, S, D]
+      to_cache = lambda x, cache: x.transpose(0, 2, 1, 3).astype(cache.dtype)  # noqa: E731
+      cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, to_cache(k, cache_k), cache_index, axis=2)
+      cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, to_cache(v, cache_v), cache_index, axis=2)
       k, v, new_cache = cache_k, cache_v, (cache_k, cache_v)
+    key_axes = "bskd" if layer_cache is None else "bksd"
     groups = c.num_heads // c.num_kv_heads
     q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    # One query per row (a decode step): a multiply-reduce streams the cache once; as a dot it is a
+    # batch of B*K tiny [G, D] x [D, S] products, several times slower on CPU.
+    decode = layer_cache is not None and t == 1
+    if decode:
+      scores = jnp.sum(q[:, 0, :, :, None, :].astype(jnp.float32) * k[:, :, None], axis=-1)[:, :, :, None]
+    else:
+      scores = jnp.einsum(f"btkgd,{key_axes}->bkgts", q, k, preferred_element_type=jnp.float32)
     scores = scores * (c.head_dim ** -0.5)
     scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, c.num_heads * c.head_dim)
+    if decode:
+      out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None], axis=3)[:, None]
+    else:
+      out = jnp.einsum(f"bkgts,{key_axes}->btkgd", probs, v)
+    out = out.reshape(b, t, c.num_heads * c.head_dim)
     return dense(c.hidden_size, c.o_proj_bias, "o_proj")(out), new_cache
 
 
@@ -221,7 +238,7 @@ class Transformer(nn.Module):
     if c.value_head:
       values = nn.Dense(1, dtype=jnp.float32, param_dtype=jnp.float32,
                         kernel_init=nn.initializers.zeros, name="value_head")(x.astype(jnp.float32))[..., 0]
-    out_cache = None if cache is None else KVCache(jnp.stack(new_k), jnp.stack(new_v))
+    out_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v))
     return ModelOutput(logits.astype(jnp.float32), values, out_cache)
 
 
