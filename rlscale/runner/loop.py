@@ -65,6 +65,7 @@ def group_stats(rewards: np.ndarray, group_size: int) -> dict[str, float]:
   varied = groups.max(axis=1) - groups.min(axis=1) > 1e-6
   return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
           "groups/with_variance": float(varied.mean()),
+          "groups/zero_variance": float(1.0 - varied.mean()),
           "groups/all_correct": float((groups.min(axis=1) >= 1.0 - 1e-6).mean())}
 
 

@@ -29,6 +29,7 @@ def test_group_stats_by_hand():
   stats = group_stats(rewards, 2)
   assert stats["reward/mean"] == pytest.approx(0.5)
   assert stats["groups/with_variance"] == pytest.approx(1 / 3)
+  assert stats["groups/zero_variance"] == pytest.approx(2 / 3)
   assert stats["groups/all_correct"] == pytest.approx(1 / 3)
 
 
