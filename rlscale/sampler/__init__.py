@@ -1,5 +1,6 @@
 """Autoregressive sampling: jitted KV-cached `generate`, the bucketed pmapped `Sampler`, and sampling
 strategies (greedy, temperature, top-k, top-p)."""
 from rlscale.sampler.sampler import DecodeState, Rollout, Sampler, generate, pad_to_bucket
-from rlscale.sampler.strategies import (SamplingConfig, filter_logits, policy_logp, sample_token,
+from rlscale.sampler.strategies import (SamplingConfig, filter_logits, first_argmax, policy_logp,
+                                        sample_token,
                                         top_k_filter, top_p_filter)

@@ -126,6 +126,19 @@ def policy_logp(logits: jax.Array, tokens: jax.Array, temperature: float) -> jax
   return jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
 
 
+def first_argmax(x: jax.Array) -> jax.Array:
+  """Index of the first maximum along the last axis: [..., V] -> [...] int32 (like jnp.argmax).
+
+  Computed as a max-reduce then a min-reduce over matching indices: two vectorised reductions,
+  several times faster on XLA:CPU than jnp.argmax's variadic (value, index) reduce. A row with a
+  NaN gives V - 1 (jnp.argmax would give the NaN's index).
+  """
+  size = x.shape[-1]
+  hit = x == jnp.max(x, axis=-1, keepdims=True)
+  first = jnp.min(jnp.where(hit, jnp.arange(size, dtype=jnp.int32), size), axis=-1)
+  return jnp.minimum(first, size - 1)
+
+
 def sample_token(logits: jax.Array, rng: jax.Array, sampling: SamplingConfig):
   """Draws one token per row.
 
@@ -139,7 +152,9 @@ def sample_token(logits: jax.Array, rng: jax.Array, sampling: SamplingConfig):
       (module docstring); for greedy decoding the temperature-1 log-probability.
   """
   if sampling.greedy:
-    token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    token = first_argmax(logits)
   else:
-    token = jax.random.categorical(rng, filter_logits(logits, sampling), axis=-1).astype(jnp.int32)
+    # Gumbel-max, the same draw as jax.random.categorical(rng, logits) with a faster argmax.
+    filtered = filter_logits(logits, sampling)
+    token = first_argmax(filtered + jax.random.gumbel(rng, filtered.shape, jnp.float32))
   return token, policy_logp(logits, token, sampling.temperature)

@@ -97,3 +97,18 @@ def test_samples_follow_the_filtered_tempered_distribution():
   token, _ = strategies.sample_token(logits, jax.random.key(3), strategies.SamplingConfig(top_p=0.8))
   np.testing.assert_allclose(np.bincount(np.asarray(token), minlength=4) / n,
                              [0.5 / 0.8, 0.3 / 0.8, 0, 0], atol=0.015)
+
+
+def test_first_argmax_matches_argmax_and_takes_the_first_tie():
+  x = jnp.array([[1.0, 3.0, 3.0, 0.0], [-1.0, -2.0, -3.0, -1.0], [0.0, 0.0, 0.0, 5.0]])
+  np.testing.assert_array_equal(strategies.first_argmax(x), [1, 0, 3])
+  y = jax.random.normal(jax.random.key(0), (7, 50))
+  np.testing.assert_array_equal(strategies.first_argmax(y), jnp.argmax(y, axis=-1))
+  assert strategies.first_argmax(y).dtype == jnp.int32
+
+
+def test_sampling_draws_what_jax_categorical_draws():
+  logits = jax.random.normal(jax.random.key(0), (64, 30)) * 2
+  for seed in range(3):
+    token, _ = strategies.sample_token(logits, jax.random.key(seed), strategies.SamplingConfig())
+    np.testing.assert_array_equal(token, jax.random.categorical(jax.random.key(seed), logits))
