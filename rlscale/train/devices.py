@@ -29,7 +29,7 @@ def shard_batch(batch: Mapping[str, Any], num_devices: int) -> dict[str, np.ndar
 
 
 def replicate(tree, devices=None):
-  """Copies every leaf of `tree` to each local device: [D, ...] with D = len(devices), or the local
+  """Copies every (numeric array) leaf of `tree` to each local device: [D, ...] with D = len(devices), or the local
   device count when devices is None (then the copies belong to a pmap over every process's
   devices, as the update step's default).
 

@@ -16,7 +16,8 @@ so which responses share a minibatch depends on the device count.
 Batch (numpy or jax arrays, leading device axis; Tp + Tr = T, responses in the last Tr columns):
   tokens [D, b, T] int32; input_mask [D, b, T] (1 for real prompt and response tokens);
   response_mask [D, b, Tr]; old_logp [D, b, Tr] float32 (behaviour policy, at rl.temperature);
-  ref_logp [D, b, Tr] float32 (needed when the KL is a loss term with kl_coef > 0);
+  ref_logp [D, b, Tr] float32 (needed when kl_coef > 0: a loss term, or logged when the KL is in
+    the reward);
   advantages [D, b] or [D, b, Tr] float32; for PPO old_values and returns [D, b, Tr] float32.
 """
 
@@ -74,7 +75,7 @@ def check_batch(batch, rl_cfg, num_devices: Optional[int] = None) -> None:
   layout [b, ...] is checked."""
   rl = rl_cfg
   required = list(REQUIRED_KEYS) + (list(CRITIC_KEYS) if uses_critic(rl) else [])
-  if uses_ref_logp(rl) and rl.kl_mode == "loss":
+  if uses_ref_logp(rl):
     required.append("ref_logp")
   missing = [k for k in required if k not in batch]
   if missing:
@@ -99,7 +100,7 @@ def check_batch(batch, rl_cfg, num_devices: Optional[int] = None) -> None:
     raise ValueError(f"response width Tr = {tr} must be below the sequence width T = {t}")
 
 
-def _per_token_terms(trainables, mb, counts, *, model_config, rl, policy_loss) -> tuple[Any, dict]:
+def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -> tuple[Any, dict]:
   """Loss of one microbatch as its share of the global minibatch loss, and its metric sums."""
   params, critic_params = trainables
   tokens, mask = mb["tokens"], mb["response_mask"]
@@ -158,7 +159,7 @@ def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, cri
   local_counts = aggregation.aggregation_counts(mb["response_mask"])
   counts = jax.lax.psum(local_counts, AXIS_NAME)
   trainables = (state.params, state.critic_params)
-  grad_fn = jax.grad(functools.partial(_per_token_terms, model_config=model_config, rl=rl,
+  grad_fn = jax.grad(functools.partial(_microbatch_loss, model_config=model_config, rl=rl,
                                        policy_loss=policy_loss), has_aux=True)
 
   def accumulate(grad_sum, micro):

@@ -106,10 +106,10 @@ def test_loss_and_grad_norm_match_a_direct_full_batch_computation():
 
   def loss_fn(p):
     logits = forward(p, problem.MODEL, host["tokens"], host["input_mask"]).logits
-    logp = response_logp(logits, host["tokens"], problem.RESPONSE_LEN)
+    logp = response_logp(logits, host["tokens"], problem.RESPONSE_LEN, rl.temperature)
     adv = jnp.broadcast_to(host["advantages"][:, None], logp.shape)
     token_loss, _ = ppo_clip(logp, host["old_logp"], adv, mask, clip_eps_low=0.2, clip_eps_high=0.28)
-    entropy = entropy_from_logits(response_logits(logits, problem.RESPONSE_LEN))
+    entropy = entropy_from_logits(response_logits(logits, problem.RESPONSE_LEN), rl.temperature)
     return (aggregate_loss(token_loss, mask, "token-mean")
             - 0.01 * aggregate_loss(entropy, mask, "token-mean"))
 
