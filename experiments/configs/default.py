@@ -112,8 +112,9 @@ def get_config(arg=None):
   # Gradient-accumulation microbatches per minibatch per device (memory, not maths).
   config.rl.microbatches = 1
   # KL penalty to the frozen reference policy (0 = none) and its estimator: k1, k2, k3.
+  # The main job runs without a KL term (as Dr. GRPO and DAPO do); set it to use one.
   config.rl.kl_coef = 0.0
-  config.rl.kl_estimator = "k3"
+  config.rl.kl_estimator = ml_collections.config_dict.placeholder(str)
   # Fields below left as None take the value of the `algorithm` preset (rlscale/rl/presets.py).
   # Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, gae (PPO) or a registered one.
   config.rl.advantage = placeholder(str)
@@ -191,6 +192,9 @@ def get_config(arg=None):
   # pass@k from k samples per held-out prompt at the rollout temperature.
   config.eval.pass_k = 4
 
+  if arg not in (None, "smoke"):
+    raise ValueError(f"config argument {arg!r} is not one of [None, 'smoke'] "
+                     "(use --config=experiments/configs/default.py:smoke)")
   if arg == "smoke":
     config.sft.steps = 30
     config.rl.prompts_per_step = 4

@@ -18,9 +18,9 @@ def get_config(arg=None):
   # GAE discount and lambda over response tokens (reward on the last token).
   config.rl.gamma = 1.0
   config.rl.lam = 0.95
-  # PPO does not need groups; G = 1 sample per prompt, so P doubles to keep B comparable.
-  config.rl.group_size = 1 if arg != "smoke" else 1
-  config.rl.prompts_per_step = config.rl.prompts_per_step * 8 if arg != "smoke" else 8
+  # PPO needs no groups: G = 1 sample per prompt, with G times more prompts to keep B the same.
+  config.rl.prompts_per_step = config.rl.prompts_per_step * config.rl.group_size
+  config.rl.group_size = 1
   # Two passes over each rollout batch in two minibatches (the first pass has ratio 1).
   config.rl.epochs = 2
   config.rl.minibatches = 2

@@ -85,6 +85,22 @@ def check_model_source(config) -> None:
                             "local HF checkpoint (config.json, *.safetensors, tokenizer.json)")
 
 
+def rollout_sampling(config, rl) -> SamplingConfig:
+  """The training SamplingConfig from config.rollout; raises ValueError naming the rollout.* field
+  (or the double overlong shaping: task.overlong_max_len together with rl.overlong_buffer_frac)."""
+  rollout = config.rollout
+  if not isinstance(rollout.max_new_tokens, int) or rollout.max_new_tokens < 1:
+    raise ValueError(f"rollout.max_new_tokens must be an int >= 1, got {rollout.max_new_tokens!r}")
+  if config.task.get("overlong_max_len") and rl.overlong_buffer_frac > 0:
+    raise ValueError("overlong shaping is on twice: task.overlong_max_len and "
+                     "rl.overlong_buffer_frac; set task.overlong_max_len=None or "
+                     "rl.overlong_buffer_frac=0")
+  try:
+    return SamplingConfig(temperature=rollout.temperature, top_k=rollout.top_k, top_p=rollout.top_p)
+  except ValueError as e:
+    raise ValueError(f"rollout: {e}".replace("sampling.", "rollout.")) from None
+
+
 def check_train_config(config) -> None:
   """Raises ValueError naming the bad train.* / eval.* / sft.* field."""
   for field in ("total_steps", "eval_every", "checkpoint_every", "keep_checkpoints"):
@@ -157,8 +173,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   optimizer_args = update_lib.optimizer_args(rl, config.train.total_steps)
   optimizer = make_optimizer(config.optim, **optimizer_args)
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
-  sampling = SamplingConfig(temperature=config.rollout.temperature, top_k=config.rollout.top_k,
-                            top_p=config.rollout.top_p)
+  sampling = rollout_sampling(config, rl)
   task = make_task(config.task, seed=config.seed)
   eval_examples = task.eval_examples(config.task.eval_size)
   t0 = time.perf_counter()

@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -31,8 +31,43 @@ from rlscale.tasks.rewards import score_batch
 from rlscale.train import update as update_lib
 
 PHASES = ("generation", "reward", "training", "evaluation")
+CONFIG_FILE = "config.json"
+# Fields that may change when resuming a run; any other change means a different experiment.
+RESUMABLE_FIELDS = ("train.total_steps", "train.eval_every", "train.checkpoint_every",
+                    "train.keep_checkpoints", "sft.cache_dir", "distributed")
 # DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
 MAX_SAMPLING_ROUNDS = 4
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def check_resume_config(workdir: str, config) -> None:
+  """Refuses to resume a checkpointed run with a different config.
+
+  Raises ValueError naming the changed fields unless only RESUMABLE_FIELDS differ from the
+  workdir's config.json (written by the run that made the checkpoints)."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  checkpoints = os.path.join(workdir, "checkpoints")
+  if not (os.path.exists(path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
+    return
+  with open(path, encoding="utf-8") as f:
+    saved = _flatten(json.load(f)["config"])
+  current = _flatten(json.loads(json.dumps(config.to_dict(), default=str)))
+  changed = sorted(k for k in set(saved) | set(current)
+                   if saved.get(k) != current.get(k) and k not in RESUMABLE_FIELDS)
+  if changed:
+    details = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in changed[:8])
+    raise ValueError(f"workdir {workdir!r} holds checkpoints of a run with another config "
+                     f"({details}); use a new --workdir, or change only {list(RESUMABLE_FIELDS)} "
+                     "when resuming")
 
 
 class _StopFlag:
@@ -83,11 +118,14 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   Raises: ValueError for an invalid config (naming the field and the allowed values),
   FileNotFoundError for a missing checkpoint or data path.
   """
-  start_time = time.perf_counter()
   os.makedirs(workdir, exist_ok=True)
+  check_resume_config(workdir, config)
   run = builders.build_run(config, workdir)
+  # Wall time counts from here: the (cached, shared) warm start is reported apart, so runs of a
+  # sweep are comparable whether or not they trained the warm start themselves.
+  start_time = time.perf_counter()
   rl = run.rl_config
-  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+  with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
     f.write(json.dumps({"config": config.to_dict(), "rl_resolved": rl.to_dict()},
                        indent=2, sort_keys=True, default=str))
 
@@ -104,6 +142,12 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
     step, counters = int(meta["step"]), dict(meta["counters"])
     wall_offset, phase_totals = float(meta["wall_seconds"]), dict(meta["phase_seconds"])
     run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
+    summary_path = os.path.join(workdir, "summary.json")
+    if step >= config.train.total_steps and os.path.exists(summary_path):
+      checkpointer.close()
+      run.log(f"run already complete ({step} steps); results: {summary_path}")
+      with open(summary_path, encoding="utf-8") as f:
+        return json.load(f)
   logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
 
   base_key = jax.random.key(config.seed)
@@ -154,15 +198,31 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   return _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, wall_offset)
 
 
-def _generate_groups(run, state, key, stream_position, phase_totals):
+class Generated(NamedTuple):
+  """One round of sampling: P prompts x G responses, groups adjacent (B = P * G rows).
+
+  Attributes:
+    rollout: the sampler's Rollout of numpy arrays (tokens [B, Tp + Tr] int32, prompt_mask
+      [B, Tp], response_mask [B, Tr], logp [B, Tr] float32, lengths [B] int32).
+    rewards: [B] float32 training reward: the task reward plus DAPO's overlong penalty when on.
+    scores: [B] float32 task reward alone (what the verifier gave), in [0, 1].
+  """
+  rollout: Any
+  rewards: np.ndarray
+  scores: np.ndarray
+
+
+def _generate_groups(run, state, key, stream_position, phase_totals) -> Generated:
   """Samples G responses for each of the P prompts at `stream_position` and scores them.
 
-  Returns (rollout, rewards [P*G] float32, stream position after them)."""
+  With dynamic sampling every round pads its prompts to the largest bucket, so rounds can be mixed
+  in one batch. Adds the sampling and scoring seconds to phase_totals."""
   rl = run.rl_config
   P, G = rl.prompts_per_step, rl.group_size
   examples = [run.task.train_example(stream_position + i) for i in range(P)]
+  buckets = run.prompt_buckets[-1:] if rl.dynamic_sampling else run.prompt_buckets
   prompt_tokens, prompt_mask = encode_prompts(
-      run.tokenizer, [run.task.format_prompt(e) for e in examples], run.prompt_buckets)
+      run.tokenizer, [run.task.format_prompt(e) for e in examples], buckets)
   prompt_tokens, prompt_mask = repeat_groups([prompt_tokens, prompt_mask], G)
   t0 = time.perf_counter()
   rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True)
@@ -170,57 +230,83 @@ def _generate_groups(run, state, key, stream_position, phase_totals):
   t_r = rollout.response_mask.shape[1]
   texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
   group_examples = [e for e in examples for _ in range(G)]
-  rewards, _ = score_batch(run.task, texts, group_examples, response_lengths=rollout.lengths)
+  scores, _ = score_batch(run.task, texts, group_examples, response_lengths=rollout.lengths)
+  scores = np.asarray(scores, np.float32)
+  rewards = scores
   if rl.overlong_buffer_frac > 0:
     buffer = dapo.overlong_buffer_tokens(rl.overlong_buffer_frac, t_r)
-    rewards = rewards + np.asarray(dapo.overlong_penalty(
+    rewards = scores + np.asarray(dapo.overlong_penalty(
         rollout.lengths, max_len=t_r, buffer_len=buffer, penalty_factor=rl.overlong_penalty_factor))
   phase_totals["generation"] += t1 - t0
   phase_totals["reward"] += time.perf_counter() - t1
-  return rollout, np.asarray(rewards, np.float32), stream_position + P
+  return Generated(rollout, np.asarray(rewards, np.float32), scores)
 
 
-def _select_groups(rollout, rewards, keep: np.ndarray, group_size: int):
-  """The rows of the groups where keep [P] is True."""
+def _select_groups(generated: Generated, keep: np.ndarray, group_size: int) -> Generated:
+  """The rows of the groups where keep [P] bool is True."""
   rows = np.repeat(keep, group_size)
-  return type(rollout)(*[np.asarray(x)[rows] for x in rollout]), rewards[rows]
+  rollout = type(generated.rollout)(*[np.asarray(x)[rows] for x in generated.rollout])
+  return Generated(rollout, generated.rewards[rows], generated.scores[rows])
 
 
-def _concat(parts):
-  rollouts, rewards = zip(*parts)
-  return (type(rollouts[0])(*[np.concatenate(xs) for xs in zip(*rollouts)]),
-          np.concatenate(rewards))
+def _concat(parts: list[Generated]) -> Generated:
+  rollout_type = type(parts[0].rollout)
+  return Generated(rollout_type(*[np.concatenate(xs) for xs in zip(*[p.rollout for p in parts])]),
+                   np.concatenate([p.rewards for p in parts]),
+                   np.concatenate([p.scores for p in parts]))
 
 
-def _collect_rollouts(run, state, key, counters, phase_totals):
-  """One rollout batch of P groups. With DAPO dynamic sampling, groups whose rewards are all equal
-  are dropped and fresh prompts are sampled (up to MAX_SAMPLING_ROUNDS rounds) until P groups with
-  signal are collected; if they run out, zero-signal groups fill the batch so shapes stay static.
-  Every generated response counts toward `samples`."""
+def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, float]:
+  """Reward and length statistics over every response generated this step (before any DAPO
+  filtering), so the training-reward curve is not biased by the filter."""
+  everything = _concat(rounds)
+  stats = group_stats(everything.scores, group_size)
+  lengths = np.asarray(everything.rollout.lengths)
+  stats.update({
+      "reward/shaped_mean": float(everything.rewards.mean()),
+      "response/length_mean": float(lengths.mean()),
+      "tokens/generated": int(np.asarray(everything.rollout.response_mask).sum()),
+      "sampling/rounds": len(rounds),
+  })
+  return stats
+
+
+def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generated, dict]:
+  """One rollout batch of P groups, and statistics over all responses generated for it.
+
+  With DAPO dynamic sampling (Yu et al. 2025), groups whose task scores are all equal carry no
+  group-relative signal and are dropped; fresh prompts are sampled (up to MAX_SAMPLING_ROUNDS
+  rounds) until P groups with signal are collected; if they run out, zero-signal groups fill the
+  batch so shapes stay static. The filter uses the verifier score, not the length-shaped reward
+  (as verl's DAPO recipe filters on accuracy). Every generated response counts toward `samples`.
+  """
   rl = run.rl_config
   P, G = rl.prompts_per_step, rl.group_size
-  parts, spare, kept = [], [], 0
+  rounds, parts, spare, kept = [], [], [], 0
   for round_index in range(MAX_SAMPLING_ROUNDS if rl.dynamic_sampling else 1):
-    rollout, rewards, counters["prompts"] = _generate_groups(
-        run, state, jax.random.fold_in(key, round_index), counters["prompts"], phase_totals)
+    generated = _generate_groups(run, state, jax.random.fold_in(key, round_index),
+                                 counters["prompts"], phase_totals)
+    counters["prompts"] += P
     counters["samples"] += P * G
+    rounds.append(generated)
     if not rl.dynamic_sampling:
-      return rollout, rewards
-    signal_groups = np.asarray(dapo.groups_with_signal(rewards, G))
-    take = np.flatnonzero(signal_groups)[:P - kept]
+      return generated, _generation_stats(rounds, G)
+    signal_groups = np.asarray(dapo.groups_with_signal(generated.scores, G))
     keep = np.zeros(P, bool)
-    keep[take] = True
-    parts.append(_select_groups(rollout, rewards, keep, G))
-    spare.append(_select_groups(rollout, rewards, ~signal_groups, G))
-    kept += len(take)
+    keep[np.flatnonzero(signal_groups)[:P - kept]] = True
+    parts.append(_select_groups(generated, keep, G))
+    spare.append(_select_groups(generated, ~signal_groups, G))
+    kept += int(keep.sum())
     if kept == P:
       break
   if kept < P:
-    filler_rollout, filler_rewards = _concat(spare)
-    filler = np.zeros(len(filler_rewards) // G, bool)
-    filler[:P - kept] = True
-    parts.append(_select_groups(filler_rollout, filler_rewards, filler, G))
-  return _concat(parts)
+    filler = _concat(spare)
+    keep = np.zeros(len(filler.rewards) // G, bool)
+    keep[:P - kept] = True
+    parts.append(_select_groups(filler, keep, G))
+  stats = _generation_stats(rounds, G)
+  stats["sampling/kept_groups_with_signal"] = kept
+  return _concat(parts), stats
 
 
 def _rl_step(run, state, step_key, counters, phase_totals):
@@ -230,7 +316,8 @@ def _rl_step(run, state, step_key, counters, phase_totals):
   rl = run.rl_config
   sample_key, update_key = jax.random.split(step_key)
   before = dict(phase_totals)
-  rollout, rewards = _collect_rollouts(run, state, sample_key, counters, phase_totals)
+  generated, generation_stats = _collect_rollouts(run, state, sample_key, counters, phase_totals)
+  rollout, rewards = generated.rollout, generated.rewards
   t1 = time.perf_counter()
   batch = {
       "tokens": rollout.tokens,
@@ -259,11 +346,8 @@ def _rl_step(run, state, step_key, counters, phase_totals):
              for k, v in jax.device_get(metrics).items()}
   t3 = time.perf_counter()
   phase_totals["training"] += t3 - t1
-  lengths = np.asarray(rollout.lengths)
   record = {
-      **group_stats(rewards, rl.group_size), **metrics,
-      "response/length_mean": float(lengths.mean()),
-      "tokens/generated": int(np.asarray(rollout.response_mask).sum()),
+      **generation_stats, **metrics,
       "tokens/trained": int(batch["input_mask"].sum()),
       **{f"time/{p}": phase_totals[p] - before[p] for p in ("generation", "reward", "training")},
       "time/advantages": t2 - t1,
@@ -305,6 +389,7 @@ def _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, w
       "samples_consumed": counters["samples"],
       "prompts_consumed": counters["prompts"],
       "wall_seconds": wall_offset + time.perf_counter() - start_time,
+      # Seconds per phase of the RL run; warm_start is 0 when it came from the SFT cache.
       "phase_seconds": {**phase_totals, "warm_start": run.warm_start_seconds},
       "steps_per_second": step / rl_seconds if rl_seconds else None,
       "num_devices": run.num_devices,

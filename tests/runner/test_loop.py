@@ -85,3 +85,37 @@ def test_interrupted_then_resumed_equals_uninterrupted(full_run, tmp_path, sft_c
   assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
   uninterrupted = comparable(read_metrics(os.path.join(workdir, "metrics.jsonl")))
   assert comparable(records) == uninterrupted
+
+
+def test_resume_with_another_config_is_refused(full_run, tmp_path, sft_cache):
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(full_run[0], workdir)
+  changed = tiny_config(sft__cache_dir=sft_cache, optim__learning_rate=1e-3)
+  with pytest.raises(ValueError, match=r"optim\.learning_rate: 0\.0001 -> 0\.001"):
+    train_and_evaluate(changed, workdir)
+  # A finished run asked for again returns its summary without running anything.
+  again = train_and_evaluate(tiny_config(sft__cache_dir=sft_cache), workdir)
+  assert again == json.load(open(os.path.join(full_run[0], "summary.json")))
+
+
+@pytest.mark.parametrize("algorithm, extra", [
+    # DAPO with prompts of varying length: every sampling round must share one prompt width.
+    ("dapo", {"task__kwargs": {"min_terms": 2, "max_terms": 5, "min_digits": 1, "max_digits": 2},
+              "rollout__max_prompt_tokens": 32}),
+    ("ppo", {}),
+])
+def test_other_algorithms_run_end_to_end(tmp_path, sft_cache, algorithm, extra):
+  config = tiny_config(sft__cache_dir=sft_cache, train__total_steps=2, **extra)
+  config.rl.algorithm = algorithm
+  if algorithm == "ppo":
+    config.rl.group_size = 1
+    config.rl.prompts_per_step = 4
+  summary = train_and_evaluate(config, str(tmp_path))
+  assert summary["steps"] == 2
+  records = read_metrics(os.path.join(tmp_path, "metrics.jsonl"))
+  if algorithm == "dapo":
+    # Rounds of 2 prompts x 2 samples until 2 groups with signal (or 4 rounds) per step.
+    rounds = [r["sampling/rounds"] for r in records[1:]]
+    assert [r["samples"] for r in records[1:]] == list(np.cumsum([4 * n for n in rounds]))
+  else:
+    assert "train/value_loss" in records[1] and "train/critic_grad_norm" in records[1]

@@ -29,6 +29,10 @@ def _build(tmp_path, **overrides):
     ({"task__scorer": "nope"}, "task.scorer"),
     ({"train__eval_every": 0}, "train.eval_every"),
     ({"sft__learning_rate": 0.0}, "sft.learning_rate"),
+    ({"rollout__max_new_tokens": 0}, "rollout.max_new_tokens"),
+    ({"rollout__top_p": 1.5}, "rollout.top_p"),
+    ({"rl__algorithm": "dapo", "task__overlong_max_len": 8, "task__overlong_cache_len": 2},
+     "overlong shaping is on twice"),
 ])
 def test_bad_config_names_the_field(tmp_path, overrides, message):
   with pytest.raises(ValueError, match=message.replace(".", r"\.")):
@@ -44,6 +48,11 @@ def test_missing_local_data_file(tmp_path):
   with pytest.raises((FileNotFoundError, ValueError), match="missing.jsonl"):
     _build(tmp_path, task__source="local_math", task__kwargs={},
            task__data_path=str(tmp_path / "missing.jsonl"))
+
+
+def test_unknown_config_argument():
+  with pytest.raises(ValueError, match="smoke"):
+    tiny_config(arg="smok")
 
 
 def test_prompt_buckets():
