@@ -43,7 +43,8 @@ class SamplingConfig:
 
   def __post_init__(self):
     if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
-      raise ValueError(f"sampling.temperature must be a float >= 0 (0 = greedy), got {self.temperature!r}")
+      raise ValueError("sampling.temperature must be a float >= 0 (0 = greedy), "
+                       f"got {self.temperature!r}")
     if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
       raise ValueError(f"sampling.top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
     if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:

@@ -186,3 +186,29 @@ def test_sampler_accepts_replicated_params_and_checks_them():
     sampler(_params(), np.zeros((3, 9), np.int32), np.ones((3, 9), np.int32), jax.random.key(0))
   with pytest.raises(ValueError, match="prompt_buckets"):
     Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=())
+
+
+def test_sampler_host_threads_split_rows_into_chunks_with_their_own_keys():
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,),
+                    host_threads=2)
+  tokens, mask = _prompts()
+  tokens, mask = np.concatenate([tokens, tokens[:1]]), np.concatenate([mask, mask[:1]])  # B = 4
+  rng = jax.random.key(8)
+  first = sampler(_params(), tokens, mask, rng)  # compiles on the calling thread
+  again = sampler(_params(), tokens, mask, rng)  # the two chunks run concurrently
+  np.testing.assert_array_equal(again.tokens, first.tokens)
+  assert sampler.num_traces == 1
+  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
+  for chunk in range(2):  # chunk c, on device 0, samples with fold_in(fold_in(rng, c), 0)
+    rows = slice(2 * chunk, 2 * chunk + 2)
+    key = jax.random.fold_in(jax.random.fold_in(rng, chunk), 0)
+    expected = _generate(padded[rows], padded_mask[rows], rng=key, sampling=SamplingConfig())
+    np.testing.assert_array_equal(again.tokens[rows], expected.tokens)
+    np.testing.assert_allclose(again.logp[rows], expected.logp, atol=1e-6)
+  # B = 3 has no 2-way split: one chunk, the plain per-device key.
+  odd = sampler(_params(), tokens[:3], mask[:3], rng)
+  expected = _generate(padded[:3], padded_mask[:3], rng=jax.random.fold_in(rng, 0),
+                       sampling=SamplingConfig())
+  np.testing.assert_array_equal(odd.tokens, expected.tokens)
+  with pytest.raises(ValueError, match="host_threads"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, host_threads=0)

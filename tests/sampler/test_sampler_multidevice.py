@@ -10,16 +10,18 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def _child():
   """Runs inside the subprocess with 2 host devices."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from rlscale.model import ModelConfig, init_params  # pylint: disable=g-import-not-at-top
-  from rlscale.sampler.sampler import Sampler, generate, pad_to_bucket  # pylint: disable=g-import-not-at-top
-  from rlscale.sampler.strategies import SamplingConfig  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top  (imported only here, after XLA_FLAGS is set)
+  import jax
+  import numpy as np
+  from rlscale.model import ModelConfig, init_params
+  from rlscale.sampler.sampler import Sampler, generate, pad_to_bucket
+  from rlscale.sampler.strategies import SamplingConfig
 
   assert jax.local_device_count() == 2, jax.devices()
   config = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                        num_heads=4, num_kv_heads=2, head_dim=8)
-  params = jax.tree.map(lambda x: x * 20 if x.ndim == 2 else x, init_params(config, jax.random.key(0)))
+  params = init_params(config, jax.random.key(0))
+  params = jax.tree.map(lambda x: x * 20 if x.ndim == 2 else x, params)  # as in test_sampler.py
   tokens = np.array([[11, 12, 13], [0, 21, 22], [0, 0, 31], [41, 42, 43]], np.int32)
   mask = (tokens != 0).astype(np.int32)
   sampler = Sampler(config, 6, SamplingConfig(), eos_ids=(5,), pad_id=0, prompt_buckets=(4,))

@@ -91,7 +91,8 @@ def test_logp_is_unfiltered_policy_at_temperature():
 def test_samples_follow_the_filtered_tempered_distribution():
   n = 20000
   logits = jnp.log(jnp.tile(PROBS, (n, 1)))
-  token, _ = strategies.sample_token(logits, jax.random.key(2), strategies.SamplingConfig(temperature=0.5))
+  half = strategies.SamplingConfig(temperature=0.5)
+  token, _ = strategies.sample_token(logits, jax.random.key(2), half)
   tempered = PROBS ** 2 / np.sum(PROBS ** 2)  # [0.6757, 0.2432, 0.0608, 0.0068]
   np.testing.assert_allclose(np.bincount(np.asarray(token), minlength=4) / n, tempered, atol=0.015)
   token, _ = strategies.sample_token(logits, jax.random.key(3), strategies.SamplingConfig(top_p=0.8))
