@@ -2,8 +2,11 @@
 or the whole response.
 
 Extractors run in the order the config sets (`task.extract_order`); the first that finds an
-answer wins. All of them are linear-time scans (balanced-brace matching by a counter, bounded
-regexes), so a 64 kB response costs well under a millisecond.
+answer wins. All of them are linear-time in the response length, with no recursion, because the
+verifier's time limit covers only the sympy check, not extraction: braces are matched once with a
+stack, nested boxes are unwrapped by moving two indices, tags are found with `str.find`, and no
+regex has two adjacent repeats that can backtrack into each other. A hostile 64 kB response
+(6000 nested boxes, 8000 unclosed `<answer>` tags, a 64 kB line of spaces) costs milliseconds.
 """
 
 from __future__ import annotations
@@ -18,8 +21,13 @@ DEFAULT_ORDER = ("boxed", "answer_tag", "gsm8k", "last_number")
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _TOKEN_RE = re.compile(r"[^\s${}\\]+")
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_GSM8K_RE = re.compile(r"^[ \t]*####[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_SPACES_RE = re.compile(r" *")
+# A brace that is not escaped (`\{` and `\}` are literal braces, not grouping).
+_BRACE_RE = re.compile(r"(?<!\\)[{}]")
+_ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
+# The rest of the line is taken greedily and its blanks stripped in Python: a lazy group followed
+# by `[ \t]*$` would retry the blank run at every position (quadratic on a long blank line).
+_GSM8K_RE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
 # A number not glued to a preceding letter, digit or dot: signed, thousands commas, decimals,
 # an optional "/int" fraction or trailing "%"; or a LaTeX fraction of integers.
 _LAST_NUMBER_RE = re.compile(
@@ -51,76 +59,118 @@ def check_order(order: Sequence[str] | str) -> tuple[str, ...]:
   return names
 
 
-def _braced(text: str, start: int) -> Optional[int]:
-  """Index just past the `}` that closes the `{` at `start`, or None when it never closes."""
-  depth = 0
-  for i in range(start, len(text)):
-    c = text[i]
-    if c == "{" and text[i - 1:i] != "\\":
-      depth += 1
-    elif c == "}" and text[i - 1:i] != "\\":
-      depth -= 1
-      if depth == 0:
-        return i + 1
-  return None
+def _closing_braces(text: str) -> dict[int, int]:
+  """Maps the index of every unescaped `{` that is closed to the index of its `}`.
+
+  One left-to-right pass with a stack of open positions; an unmatched `}` is ignored and an
+  unclosed `{` gets no entry. O(len(text)) time, no recursion.
+  """
+  closing: dict[int, int] = {}
+  opened: list[int] = []
+  for m in _BRACE_RE.finditer(text):
+    if m.group(0) == "{":
+      opened.append(m.start())
+    elif opened:
+      closing[opened.pop()] = m.start()
+  return closing
+
+
+def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
+  """`text[start:end].strip()` as indices, so repeated stripping never copies the text."""
+  while start < end and text[start].isspace():
+    start += 1
+  while end > start and text[end - 1].isspace():
+    end -= 1
+  return start, end
+
+
+def _unwrap_boxes(text: str, start: int, end: int, closing: dict[int, int]) -> str:
+  """Strips `text[start:end]` and, while all of it is one `\\boxed{...}`, takes its content.
+
+  Iterative on indices (each level moves `start` up and `end` down), so N nested boxes cost
+  O(len(text)) in total rather than O(N * len(text)) and cannot hit Python's recursion limit.
+  """
+  while True:
+    start, end = _strip_span(text, start, end)
+    box = _BOX_RE.match(text, start, end)
+    if not box:
+      break
+    brace = _SPACES_RE.match(text, box.end(), end).end()
+    if brace < end and text[brace] == "{" and closing.get(brace) == end - 1:
+      start, end = brace + 1, end - 1
+    else:
+      break
+  return text[start:end]
 
 
 def last_boxed(text: str) -> Optional[str]:
   """Content of the last complete `\\boxed{...}` / `\\fbox{...}` (nested braces allowed).
 
-  A box inside a box is unwrapped (`\\boxed{\\boxed{5}}` -> "5"); `\\boxed 5` (LaTeX's
-  single-token form) gives "5".
+  A box that is the whole content of a box is unwrapped, however deep (`\\boxed{\\boxed{5}}`
+  -> "5": the innermost answer, also for thousands of levels); `\\boxed 5` (LaTeX's single-token
+  form) gives "5". Linear time in len(text).
 
   Raises:
     ExtractionError: the text has a box but none is complete (unbalanced braces).
   """
-  found, seen = None, False
+  span, seen, closing = None, False, None
   pos = 0
   while True:
     m = _BOX_RE.search(text, pos)
     if not m:
       break
     seen = True
-    j = m.end()
-    while j < len(text) and text[j] == " ":
-      j += 1
+    j = _SPACES_RE.match(text, m.end()).end()
     if j < len(text) and text[j] == "{":
-      end = _braced(text, j)
+      if closing is None:  # Computed once, only for text that has a braced box.
+        closing = _closing_braces(text)
+      end = closing.get(j)
       if end is None:
         break  # Nothing after an unclosed brace can be a complete later box.
-      found, pos = text[j + 1:end - 1], end
+      span, pos = (j + 1, end), end + 1
     else:
       token = _TOKEN_RE.match(text, j)
       if token:
-        found = token.group(0)
+        span = token.span()
       pos = m.end()
-  if found is None:
+  if span is None:
     if seen:
       raise ExtractionError("incomplete \\boxed{...} (unbalanced braces)")
     return None
-  inner = found.strip()
-  box = _BOX_RE.match(inner)
-  if box:  # The whole content is itself a box: unwrap it.
-    rest = inner[box.end():].lstrip(" ")
-    if rest.startswith("{") and _braced(rest, 0) == len(rest):
-      return last_boxed(inner)
-  return inner
+  # A token has no backslash, so it never starts a box: `closing` is only read for braced spans.
+  return _unwrap_boxes(text, span[0], span[1], closing or {})
 
 
 def answer_tag(text: str) -> Optional[str]:
-  """Content of the last `<answer>...</answer>` block (a box inside it is unwrapped)."""
-  matches = _ANSWER_TAG_RE.findall(text)
-  if not matches:
+  """Content of the last `<answer>...</answer>` block (a box inside it is unwrapped).
+
+  Blocks are read left to right without overlap (`<answer>a<answer>b</answer>` -> "a<answer>b"),
+  as a lazy regex would, but with `str.find`: once an opening tag has no closing tag after it,
+  no later one can, so the scan stops instead of retrying from every later `<answer>`.
+  """
+  block, pos = None, 0
+  while True:
+    opened = text.find(_ANSWER_OPEN, pos)
+    if opened < 0:
+      break
+    closed = text.find(_ANSWER_CLOSE, opened + len(_ANSWER_OPEN))
+    if closed < 0:
+      break
+    block, pos = (opened + len(_ANSWER_OPEN), closed), closed + len(_ANSWER_CLOSE)
+  if block is None:
     return None
-  inner = matches[-1].strip()
+  inner = text[block[0]:block[1]].strip()
   boxed = last_boxed(inner) if _BOX_RE.search(inner) else None
   return boxed if boxed is not None else inner
 
 
 def gsm8k(text: str) -> Optional[str]:
-  """Text after the last `#### ` line marker (GSM8K's final-answer line)."""
-  matches = _GSM8K_RE.findall(text)
-  return matches[-1] if matches and matches[-1] else None
+  """Text after the last `#### ` line marker (GSM8K's final-answer line), blanks stripped."""
+  last = None
+  for last in _GSM8K_RE.finditer(text):
+    pass
+  answer = last.group(1).strip(" \t") if last else ""
+  return answer or None
 
 
 def last_number(text: str) -> Optional[str]:

@@ -1,5 +1,7 @@
 """Answer extraction and normalisation (pure string functions, no sympy)."""
 
+import time
+
 import pytest
 
 from rlscale.tasks import extract
@@ -15,6 +17,8 @@ from rlscale.tasks import numbers
     (r"\fbox{x+1}", "x+1"),
     (r"\boxed 9 done", "9"),
     (r"\boxed{3} \boxed{4", "3"),  # last *complete* box
+    ("\\boxed{ \\boxed {\n\\boxed{4} } }", "4"),  # unwrapping strips blanks at every level
+    (r"\boxed{\boxed{1}+1}", r"\boxed{1}+1"),  # the inner box is not the whole content
     ("no box", None),
 ])
 def test_last_boxed(text, expected):
@@ -31,6 +35,8 @@ def test_unclosed_box_is_an_error():
     ("<answer>1</answer><answer>\n2\n</answer>", "2"),
     (r"<answer>so \boxed{3}</answer>", "3"),
     ("<answer>5", None),
+    ("<answer>a<answer>b</answer>", "a<answer>b"),  # blocks do not overlap, left to right
+    ("<answer>1</answer><answer>2", "1"),  # an unclosed last tag is not a block
 ])
 def test_answer_tag(text, expected):
   assert extract.answer_tag(text) == expected
@@ -40,9 +46,61 @@ def test_answer_tag(text, expected):
     ("work\n#### 72", "72"),
     ("#### 1\n#### 2 ", "2"),
     ("x #### 3", None),  # the marker must start a line
+    (" \t####\t 5 \t\n", "5"),
+    ("#### 5\n####  \n", None),  # the last marker line is empty
 ])
 def test_gsm8k(text, expected):
   assert extract.gsm8k(text) == expected
+
+
+def _fastest_s(fn, text, repeats=3):
+  """Best of `repeats` wall times, so a loaded CI machine does not fail a linear-time scan."""
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn(text)
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def test_deeply_nested_boxes_unwrap_to_the_innermost_answer_without_recursion():
+  # 6000 levels took ~5 s and ended in RecursionError when each level re-scanned and recursed.
+  # Every level is the whole content of the one outside it, so the answer is the innermost "1".
+  text = "\\boxed{" * 6000 + "1" + "}" * 6000
+  assert extract.last_boxed(text) == "1"
+  assert extract.extract_answer(text) == extract.Extracted("1", "boxed")
+  assert _fastest_s(extract.last_boxed, text) < 0.2  # measured ~10 ms; quadratic was seconds
+  # One closing brace short: the outermost box never closes, so no box is complete.
+  with pytest.raises(extract.ExtractionError, match="unbalanced"):
+    extract.last_boxed("\\boxed{" * 6000 + "1" + "}" * 5999)
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("answer_tag", "<answer>" * 50_000, None),  # lazy regex retried from every tag: 85 s
+    ("answer_tag", "<answer>1</answer>" * 50_000, "1"),
+    ("gsm8k", "#### 1\n" * 50_000, "1"),
+    ("gsm8k", "#### 1" + " " * 100_000 + "x", "1" + " " * 100_000 + "x"),  # was 7 s
+    ("last_number", "7" * 100_000, "7" * 100_000),
+    ("last_number", "1," * 50_000, "1"),
+    ("last_number", "1" + " " * 100_000 + "/", "1"),
+    ("boxed", "\\boxed{" * 20_000, extract.ExtractionError),
+    ("boxed", "\\boxed x " * 20_000, "x"),
+])
+def test_pathological_shapes_stay_linear(name, text, expected):
+  fn = extract._FUNCTIONS[name]  # pylint: disable=protected-access
+  if expected is extract.ExtractionError:
+    with pytest.raises(extract.ExtractionError):
+      fn(text)
+  else:
+    assert fn(text) == expected
+  assert _fastest_s(lambda t: _swallow(fn, t), text) < 0.2  # measured <= 45 ms each
+
+
+def _swallow(fn, text):
+  try:
+    return fn(text)
+  except extract.ExtractionError:
+    return None
 
 
 @pytest.mark.parametrize("text, expected", [
