@@ -401,7 +401,8 @@ def _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, w
     json.dump(summary, f, indent=2)
   run.log(f"done: held-out greedy accuracy {summary['warm_start_accuracy']:.3f} (warm start) -> "
           f"{summary['final_accuracy']:.3f} (after {step} RL steps, "
-          f"{summary['samples_consumed']} responses) in {summary['wall_seconds']:.0f} s")
+          f"{summary['samples_consumed']} responses) in {summary['wall_seconds']:.0f} s "
+          f"(+ {run.warm_start_seconds:.0f} s warm start)")
   run.log(f"results: {os.path.join(workdir, 'summary.json')}; curves: {plots['vs_samples']}, "
           f"{plots['vs_wall_time']}; TensorBoard: tensorboard --logdir {summary['tensorboard']}")
   return summary
