@@ -22,7 +22,12 @@ def _main(argv):
   # orbax logs every checkpoint step at INFO; keep the terminal for progress and results.
   logging.set_verbosity(logging.WARNING)
   from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
-  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  try:
+    train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except KeyboardInterrupt:
+    # Ctrl-C before the RL loop (warm start, first evaluation); the loop itself checkpoints.
+    print("interrupted before the first RL checkpoint; rerun the command to start again")
+    raise SystemExit(130) from None
 
 
 def run():

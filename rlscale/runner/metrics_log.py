@@ -47,7 +47,10 @@ class MetricsLogger:
     self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      # purge_step makes TensorBoard drop events past the checkpoint that an earlier attempt
+      # wrote, as the JSONL truncation does.
+      purge_step = None if resume_step is None else resume_step + 1
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge_step)
 
   def write(self, record: Mapping[str, Any]) -> None:
     """Writes one record; it must hold an integer `step`. Flushed at once (crash-safe)."""
