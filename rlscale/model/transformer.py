@@ -136,7 +136,8 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, mask, layer_cache=None, cache_index=None):
+  def __call__(self, x, positions, mask, layer_cache=None, cache_index=None, last_only=False):
+    """Returns (output [B, T, H], or [B, 1, H] for the last query only if last_only; new cache)."""
     c = self.config
     dense = lambda feats, bias, name: nn.Dense(  # noqa: E731
         feats, use_bias=bias, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, name=name)
@@ -175,6 +176,8 @@ class Attention(nn.Module):
     else:
       out = jnp.einsum(f"bkgts,{key_axes}->btkgd", probs, v)
     out = out.reshape(b, t, c.num_heads * c.head_dim)
+    if last_only:
+      out = out[:, -1:]
     return dense(c.hidden_size, c.o_proj_bias, "o_proj")(out), new_cache
 
 
@@ -196,11 +199,13 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, mask, layer_cache=None, cache_index=None):
+  def __call__(self, x, positions, mask, layer_cache=None, cache_index=None, last_only=False):
+    """Returns (x [B, T, H], or [B, 1, H] for the last position only if last_only; new cache)."""
     c = self.config
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="input_layernorm")(x)
-    h, new_cache = Attention(c, name="self_attn")(h, positions, mask, layer_cache, cache_index)
-    x = x + h
+    h, new_cache = Attention(c, name="self_attn")(h, positions, mask, layer_cache, cache_index,
+                                                  last_only)
+    x = (x[:, -1:] if last_only else x) + h
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="post_attention_layernorm")(x)
     return x + MLP(c, name="mlp")(h), new_cache
 
@@ -212,11 +217,13 @@ class Transformer(nn.Module):
     cache: KVCache with S slots or None (then S == T), cache_index: int32 scalar slot of tokens[:, 0].
 
   Returns ModelOutput(logits [B, T, V] float32, values [B, T] float32 or None, cache).
+  With last_only=True (static) only the last position is computed: logits [B, 1, V], values [B, 1].
   """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None):
+  def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None,
+               last_only: bool = False):
     c = self.config
     embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype,
                      embedding_init=nn.initializers.normal(0.02), name="embed_tokens")
@@ -224,7 +231,10 @@ class Transformer(nn.Module):
     new_k, new_v = [], []
     for i in range(c.num_layers):
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-      x, layer_new = DecoderLayer(c, name=f"layers_{i}")(x, positions, mask, layer_cache, cache_index)
+      # With last_only, the last layer computes its output for the last position only; every layer
+      # still writes all positions' keys and values to the cache.
+      x, layer_new = DecoderLayer(c, name=f"layers_{i}")(
+          x, positions, mask, layer_cache, cache_index, last_only and i == c.num_layers - 1)
       if layer_new is not None:
         new_k.append(layer_new[0])
         new_v.append(layer_new[1])

@@ -152,7 +152,7 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
   # Prefill: every prompt slot in one forward.
   out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
                     cache_attention_mask(slot_mask, 0, prompt_len),
-                    init_cache(model_config, batch, num_slots), jnp.int32(0))
+                    init_cache(model_config, batch, num_slots), jnp.int32(0), last_only=True)
   empty = DecodeState(
       step=jnp.int32(0),
       last_token=jnp.zeros((batch,), jnp.int32),
