@@ -23,10 +23,12 @@ class KVCache(NamedTuple):
 
   One array per layer (not one stacked [L, ...] array) so a decode step updates each buffer in place
   instead of slicing out and re-stacking copies; heads-major so attention reads each (row, head)'s
-  [S, D] block contiguously.
+  block contiguously. Keys are stored transposed, [D, S] per (row, head): a decode step's q . k then
+  reduces over the non-minor D axis with S in SIMD lanes, about 2x faster on CPU than reducing over a
+  minor D of 32 (a horizontal sum per slot).
 
   Attributes:
-    k: tuple of L arrays [B, K, S, D], keys (already rotated), compute dtype.
+    k: tuple of L arrays [B, K, D, S], keys (already rotated), compute dtype.
     v: tuple of L arrays [B, K, S, D], values.
   """
   k: tuple
@@ -42,9 +44,10 @@ class ModelOutput(NamedTuple):
 
 def init_cache(config: ModelConfig, batch: int, length: int) -> KVCache:
   """Zero cache for `batch` rows of `length` slots (S) in the compute dtype."""
-  shape = (batch, config.num_kv_heads, length, config.head_dim)
-  zeros = lambda: tuple(jnp.zeros(shape, config.jnp_dtype) for _ in range(config.num_layers))  # noqa: E731
-  return KVCache(zeros(), zeros())
+  k_shape = (batch, config.num_kv_heads, config.head_dim, length)
+  v_shape = (batch, config.num_kv_heads, length, config.head_dim)
+  zeros = lambda shape: tuple(jnp.zeros(shape, config.jnp_dtype) for _ in range(config.num_layers))  # noqa: E731
+  return KVCache(zeros(k_shape), zeros(v_shape))
 
 
 def positions_from_mask(input_mask: jax.Array) -> jax.Array:
@@ -153,19 +156,20 @@ class Attention(nn.Module):
     k = apply_rope(k, positions, inv_freq)
     new_cache = None
     if layer_cache is not None:
-      cache_k, cache_v = layer_cache  # [B, K, S, D]
-      to_cache = lambda x, cache: x.transpose(0, 2, 1, 3).astype(cache.dtype)  # noqa: E731
-      cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, to_cache(k, cache_k), cache_index, axis=2)
-      cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, to_cache(v, cache_v), cache_index, axis=2)
+      cache_k, cache_v = layer_cache  # [B, K, D, S], [B, K, S, D]
+      cache_k = jax.lax.dynamic_update_slice_in_dim(
+          cache_k, k.transpose(0, 2, 3, 1).astype(cache_k.dtype), cache_index, axis=3)
+      cache_v = jax.lax.dynamic_update_slice_in_dim(
+          cache_v, v.transpose(0, 2, 1, 3).astype(cache_v.dtype), cache_index, axis=2)
       k, v, new_cache = cache_k, cache_v, (cache_k, cache_v)
-    key_axes = "bskd" if layer_cache is None else "bksd"
+    key_axes, value_axes = ("bskd", "bskd") if layer_cache is None else ("bkds", "bksd")
     groups = c.num_heads // c.num_kv_heads
     q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
     # One query per row (a decode step): a multiply-reduce streams the cache once; as a dot it is a
     # batch of B*K tiny [G, D] x [D, S] products, several times slower on CPU.
     decode = layer_cache is not None and t == 1
     if decode:
-      scores = jnp.sum(q[:, 0, :, :, None, :].astype(jnp.float32) * k[:, :, None], axis=-1)[:, :, :, None]
+      scores = jnp.sum(q[:, 0, :, :, :, None].astype(jnp.float32) * k[:, :, None], axis=-2)[:, :, :, None]
     else:
       scores = jnp.einsum(f"btkgd,{key_axes}->bkgts", q, k, preferred_element_type=jnp.float32)
     scores = scores * (c.head_dim ** -0.5)
@@ -174,7 +178,7 @@ class Attention(nn.Module):
     if decode:
       out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None], axis=3)[:, None]
     else:
-      out = jnp.einsum(f"bkgts,{key_axes}->btkgd", probs, v)
+      out = jnp.einsum(f"bkgts,{value_axes}->btkgd", probs, v)
     out = out.reshape(b, t, c.num_heads * c.head_dim)
     if last_only:
       out = out[:, -1:]
