@@ -152,10 +152,32 @@ def sample_token(logits: jax.Array, rng: jax.Array, sampling: SamplingConfig):
     logp: [B] float32, log softmax(logits / temperature)[token] before top-k / top-p filtering
       (module docstring); for greedy decoding the temperature-1 log-probability.
   """
+  gumbel = None if sampling.greedy else jax.random.gumbel(rng, logits.shape, jnp.float32)
+  return sample_token_from_noise(logits, gumbel, sampling)
+
+
+def sample_token_from_noise(logits: jax.Array, gumbel, sampling: SamplingConfig):
+  """`sample_token` with its Gumbel noise drawn by the caller.
+
+  Gumbel-max (the same draw as jax.random.categorical(rng, logits) with a faster argmax): the
+  token is argmax(filtered logits + gumbel). `sample_token(logits, rng, s)` equals
+  `sample_token_from_noise(logits, jax.random.gumbel(rng, logits.shape), s)`, so a sampler may draw
+  the noise of many steps in one vectorised call and get the same tokens.
+
+  Args:
+    logits: [B, V] float32 next-token logits.
+    gumbel: [B, V] float32 standard Gumbel noise; ignored (may be None) when greedy.
+    sampling: the strategy.
+  Returns:
+    (token [B] int32, logp [B] float32) as `sample_token`.
+  Raises:
+    ValueError: if sampling is not greedy and gumbel is None or its shape differs from logits.
+  """
   if sampling.greedy:
     token = first_argmax(logits)
   else:
-    # Gumbel-max, the same draw as jax.random.categorical(rng, logits) with a faster argmax.
-    filtered = filter_logits(logits, sampling)
-    token = first_argmax(filtered + jax.random.gumbel(rng, filtered.shape, jnp.float32))
+    if gumbel is None or gumbel.shape != logits.shape:
+      raise ValueError(f"gumbel must have the logits shape {logits.shape} when sampling, got "
+                       f"{None if gumbel is None else gumbel.shape}")
+    token = first_argmax(filter_logits(logits, sampling) + gumbel)
   return token, policy_logp(logits, token, sampling.temperature)
