@@ -161,7 +161,11 @@ class Attention(nn.Module):
           cache_k, k.transpose(0, 2, 3, 1).astype(cache_k.dtype), cache_index, axis=3)
       cache_v = jax.lax.dynamic_update_slice_in_dim(
           cache_v, v.transpose(0, 2, 1, 3).astype(cache_v.dtype), cache_index, axis=2)
-      k, v, new_cache = cache_k, cache_v, (cache_k, cache_v)
+      new_cache = (cache_k, cache_v)
+      # Attend to the first mask.shape[-1] slots only (a prefill into an empty cache passes a
+      # [B, T, T] mask and skips the slots no token has been written to).
+      num_keys = mask.shape[-1]
+      k, v = cache_k[..., :num_keys], cache_v[:, :, :num_keys]
     key_axes, value_axes = ("bskd", "bskd") if layer_cache is None else ("bkds", "bksd")
     groups = c.num_heads // c.num_kv_heads
     q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
@@ -217,8 +221,9 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
   """Decoder-only LM. Call with
 
-    tokens [B, T] int32, positions [B, T] int32, mask [B, T, S] bool (query t may attend key s),
-    cache: KVCache with S slots or None (then S == T), cache_index: int32 scalar slot of tokens[:, 0].
+    tokens [B, T] int32, positions [B, T] int32, mask [B, T, S'] bool (query t may attend key s),
+    cache: KVCache with S >= S' slots (slots >= S' are not attended to; usually S' = S) or None
+    (then S' == T), cache_index: int32 scalar slot of tokens[:, 0].
 
   Returns ModelOutput(logits [B, T, V] float32, values [B, T] float32 or None, cache).
   With last_only=True (static) only the last position is computed: logits [B, 1, V], values [B, 1].

@@ -155,9 +155,9 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
 
   # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
   slot_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], axis=1)
-  # Prefill: every prompt slot in one forward.
+  # Prefill: every prompt slot in one forward, attending to the prompt slots only.
   out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
-                    cache_attention_mask(slot_mask, 0, prompt_len),
+                    cache_attention_mask(prompt_mask, 0, prompt_len),
                     init_cache(model_config, batch, num_slots), jnp.int32(0), last_only=True)
   empty = DecodeState(
       step=jnp.int32(0),
