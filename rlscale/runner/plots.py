@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+from matplotlib.ticker import EngFormatter  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from rlscale.runner.metrics_log import series  # noqa: E402
 
@@ -42,6 +43,7 @@ def plot_curves(records: list[dict], out_dir: str, *, title: str = "") -> dict[s
       ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
       ax.set_title(y_title, fontsize=10)
       ax.set_xlabel(x_label)
+      ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 120k, not 120000 (ticks would collide)
       ax.grid(alpha=0.3)
       if y_key != "reward/mean":
         ax.set_ylim(-0.02, 1.02)
