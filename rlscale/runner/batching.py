@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+from rlscale.tokenizers import encode_batch_left_padded
+
 
 def bucket_length(length: int, buckets: Sequence[int]) -> int:
   """Smallest bucket >= length. Raises ValueError when it exceeds the largest bucket."""
@@ -21,20 +23,13 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
 
 
 def encode_prompts(tokenizer, texts: Sequence[str], buckets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-  """Left-padded prompt tokens.
+  """Left-padded prompt tokens, padded to the smallest bucket that holds the longest prompt.
 
-  Returns: tokens [P, Tp] int32 (pad_id on the left), mask [P, Tp] int32, where Tp is the smallest
-  bucket holding the longest prompt. Raises ValueError when a prompt exceeds every bucket.
+  Returns: tokens [P, Tp] int32 (pad_id on the left), mask [P, Tp] int32.
+  Raises: ValueError when a prompt exceeds every bucket or encodes to no tokens.
   """
-  ids = [tokenizer.encode(t) for t in texts]
-  width = bucket_length(max(len(i) for i in ids), buckets)
-  tokens = np.full((len(ids), width), tokenizer.pad_id, np.int32)
-  mask = np.zeros((len(ids), width), np.int32)
-  for row, seq in enumerate(ids):
-    if seq:
-      tokens[row, width - len(seq):] = seq
-      mask[row, width - len(seq):] = 1
-  return tokens, mask
+  width = bucket_length(max(len(tokenizer.encode(t)) for t in texts), buckets)
+  return encode_batch_left_padded(tokenizer, texts, width)
 
 
 def encode_responses(tokenizer, texts: Sequence[str], length: int) -> tuple[np.ndarray, np.ndarray]:

@@ -49,7 +49,6 @@ class Run:
   num_devices: int
   warm_start_seconds: float
   log: Callable[[str], None] = print
-  warm_start_eval: dict | None = None
 
 
 def maybe_initialize_distributed(setting) -> None:

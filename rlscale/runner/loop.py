@@ -151,7 +151,6 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
 
   base_key = jax.random.key(config.seed)
-  warm_eval = run.warm_start_eval
   if latest is None:
     t0 = time.perf_counter()
     warm_eval = run.evaluator(state.params, jax.random.fold_in(base_key, 10**9))

@@ -7,11 +7,7 @@ from tests.runner.runner_configs import tiny_config
 
 
 def _build(tmp_path, **overrides):
-  config = tiny_config()
-  for dotted, value in overrides.items():
-    section, field = dotted.split("__")
-    config[section][field] = value
-  return build_run(config, str(tmp_path), log=lambda _: None)
+  return build_run(tiny_config(**overrides), str(tmp_path), log=lambda _: None)
 
 
 @pytest.mark.parametrize("overrides, message", [
