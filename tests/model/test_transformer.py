@@ -139,7 +139,8 @@ def test_rope_inv_freq_plain_and_llama3_by_hand():
 
 def test_rope_rotation_preserves_norm_and_relative_position():
   x = jax.random.normal(jax.random.PRNGKey(0), (1, 2, 1, 8))
-  rope = jax.jit(lambda x, positions: tfm.apply_rope(x, positions, tfm.rope_inv_freq(8, 10_000.0)))
+  rope = jax.jit(lambda x, positions: tfm.apply_rope(
+      x, tfm.rope_tables(positions, tfm.rope_inv_freq(8, 10_000.0))))
   a = np.asarray(rope(x, jnp.asarray([[3, 5]])))
   b = np.asarray(rope(x, jnp.asarray([[10, 12]])))
   np.testing.assert_allclose(np.linalg.norm(a, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
