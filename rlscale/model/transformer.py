@@ -194,7 +194,9 @@ class Attention(nn.Module):
     if decode:
       scores = jnp.sum(q[:, 0, :, :, :, None].astype(jnp.float32) * k[:, :, None], axis=-2)[:, :, :, None]
     else:
-      scores = jnp.einsum(f"btkgd,{key_axes}->bkgts", q, k, preferred_element_type=jnp.float32)
+      # Scores in the compute dtype, then float32 for the mask and softmax, as HF and gemma do;
+      # XLA:CPU has no bf16 x bf16 -> f32 dot (preferred_element_type fails at run time).
+      scores = jnp.einsum(f"btkgd,{key_axes}->bkgts", q, k).astype(jnp.float32)
     scores = scores * (c.head_dim ** -0.5)
     scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
