@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from rlscale.model import ModelConfig, forward
+from rlscale.train.state import init_optimizer_state
 
 
 def sequence_cross_entropy(params, model_config: ModelConfig, tokens: jax.Array,
@@ -95,7 +96,7 @@ def supervised_warm_start(
     return params, {"loss": None, "seconds": 0.0, "cached": False}
   schedule = optax.cosine_decay_schedule(learning_rate, steps, alpha=0.1)
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
-  opt_state = optimizer.init(params)
+  opt_state = init_optimizer_state(optimizer, params)
 
   @jax.jit
   def train_step(params, opt_state, batch):

@@ -40,6 +40,14 @@ class TrainState:
   critic_opt_state: Any = None
 
 
+def init_optimizer_state(optimizer: optax.GradientTransformation, params):
+  """optimizer.init on float32 copies of `params`: Adam moments stay float32 whatever the
+  parameter dtype (mixed precision as in MaxText), so bfloat16 parameters updated with the float32
+  gradients the update step accumulates keep one state dtype (a lax.scan carry must). The
+  parameters themselves keep their dtype: optax.apply_updates casts p + u back to p's dtype."""
+  return optimizer.init(jax.tree.map(lambda p: jnp.asarray(p, jnp.float32), params))
+
+
 def create_train_state(params, optimizer: optax.GradientTransformation, *,
                        critic_params=None,
                        critic_optimizer: Optional[optax.GradientTransformation] = None) -> TrainState:
@@ -56,8 +64,9 @@ def create_train_state(params, optimizer: optax.GradientTransformation, *,
     raise ValueError("critic_optimizer given without critic_params")
   critic_opt_state = None
   if critic_params is not None:
-    critic_opt_state = (critic_optimizer or optimizer).init(critic_params)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
+    critic_opt_state = init_optimizer_state(critic_optimizer or optimizer, critic_params)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=init_optimizer_state(optimizer, params),
                     critic_params=critic_params, critic_opt_state=critic_opt_state)
 
 

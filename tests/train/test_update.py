@@ -13,6 +13,7 @@ from rlscale.model.transformer import forward
 from rlscale.rl.aggregation import aggregate_loss
 from rlscale.rl.logprob import entropy_from_logits, response_logits, response_logp
 from rlscale.rl.losses import ppo_clip
+from rlscale.train import state as state_lib
 from rlscale.train import update as update_lib
 from tests.train import update_problem as problem
 
@@ -121,6 +122,34 @@ def test_loss_and_grad_norm_match_a_direct_full_batch_computation():
   # At ratio 1 the PPO loss is -(token mean of the advantage).
   expected_pg = -np.sum(host["advantages"][:, None] * mask) / mask.sum()
   np.testing.assert_allclose(metrics["pg_loss"][0], expected_pg, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_bfloat16_params_keep_their_dtype_with_float32_adam_moments(algorithm):
+  # Gradients are accumulated in float32; with bf16 parameters the Adam moments must be float32
+  # from the start, or the minibatch scan's carry changes dtype and tracing fails.
+  rl = problem.rl_config(algorithm, microbatches=2)
+  config = problem.MODEL.replace(dtype="bfloat16", param_dtype="bfloat16")
+  params, critic = problem.initial_params(rl)
+  to_bf16 = lambda tree: jax.tree.map(lambda x: x.astype(jnp.bfloat16), tree)  # noqa: E731
+  params, critic = to_bf16(params), (None if critic is None else to_bf16(critic))
+  host = problem.host_batch(rl, params, critic, devices=jax.local_devices()[:1])
+  tx = problem.make_optimizer(rl)
+  state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic))
+  fn = update_lib.make_update_fn(config, rl, tx)
+  new_state, metrics = fn(state, update_lib.shard_batch(host, 1), jax.random.key(0))
+  new_state = jax.device_get(update_lib.unreplicate(new_state))
+  trees = [(new_state.params, new_state.opt_state, params)]
+  if critic is not None:
+    trees.append((new_state.critic_params, new_state.critic_opt_state, critic))
+  for new_params, opt_state, old_params in trees:
+    assert {x.dtype for x in jax.tree.leaves(new_params)} == {jnp.dtype(jnp.bfloat16)}
+    moments = [x for x in jax.tree.leaves(opt_state) if x.ndim > 0]
+    assert moments and {x.dtype for x in moments} == {jnp.dtype(jnp.float32)}
+    moved = jax.tree.map(lambda a, b: np.any(np.asarray(a, np.float32) != np.asarray(b, np.float32)),
+                         new_params, old_params)
+    assert any(jax.tree.leaves(moved))
+  assert np.isfinite(metrics["loss"][0]) and metrics["grad_norm"][0] > 0
 
 
 def test_epochs_and_shuffled_minibatches():
