@@ -305,7 +305,20 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
 
 
 def token_logp(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:
-  """log softmax(logits / temperature)[target]: logits [..., V] float32, targets [...] int32."""
-  logits = logits / jnp.where(temperature > 0, temperature, 1.0)
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  """log softmax(logits / temperature)[target] (temperature 0 reads as 1).
+
+  Args:
+    logits: [..., V] float. targets: [...] int32. temperature: >= 0, Python float or scalar array.
+  Returns:
+    [...] float32, <= 0; 0 for the most likely token; finite unless (max logit - logit) /
+    temperature overflows float32.
+
+  The max logit is subtracted BEFORE dividing by the temperature: the most likely token's shifted
+  logit is then exactly 0 and all others <= 0. Dividing first let XLA:CPU round logits / T
+  differently in the max and in the exp (a fused multiply-add), off by ~ulp(logits / T), which
+  overflowed exp and gave logp = +-inf at temperatures <= 1e-9.
+  """
+  logits = logits.astype(jnp.float32)
+  shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+  logp = jax.nn.log_softmax(shifted / jnp.where(temperature > 0, temperature, 1.0), axis=-1)
   return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]

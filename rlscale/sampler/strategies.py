@@ -20,6 +20,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from rlscale.model.transformer import token_logp
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -117,14 +119,14 @@ def filter_logits(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
 def policy_logp(logits: jax.Array, tokens: jax.Array, temperature: float) -> jax.Array:
   """log softmax(logits / temperature)[tokens], the unfiltered policy (temperature 0 reads as 1).
 
+  The trainer's `rlscale.model.token_logp` itself, so old_logp and logp are computed alike.
+
   Args:
     logits: [B, V] float32. tokens: [B] int32. temperature: >= 0 (Python float).
   Returns:
-    [B] float32.
+    [B] float32, <= 0 (see token_logp).
   """
-  scale = temperature if temperature > 0 else 1.0
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32) / scale, axis=-1)
-  return jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+  return token_logp(logits, tokens, temperature)
 
 
 def first_argmax(x: jax.Array) -> jax.Array:

@@ -161,3 +161,23 @@ def test_num_params_counts_the_initialised_tree(overrides):
   config = _config(**overrides)
   shapes = jax.eval_shape(lambda key: tfm.init_params(config, key), jax.random.PRNGKey(0))
   assert sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(shapes)) == config.num_params()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 1e-3, 1e-9])
+def test_token_logp_is_finite_and_exact_at_small_temperature(temperature):
+  # log softmax(z / T) computed as (z - max z) / T then log-softmax: the most likely token's
+  # shifted logit is exactly 0 however XLA rounds the scaling. Scaling first let XLA:CPU round
+  # z / T one way for the max and another (fused multiply-add) inside exp, off by ~ulp(z / T):
+  # exp of that overflowed and logp came out +-inf at T = 1e-9.
+  rng = np.random.default_rng(0)
+  logits = (10 * rng.standard_normal((4, 64))).astype(np.float32)
+  order = np.argsort(-logits, axis=-1)
+  targets = order[:, :2]  # the most and the second most likely token of each row
+  pairs = jnp.repeat(jnp.asarray(logits)[:, None], 2, axis=1)  # [4, 2, V], targets [4, 2]
+  got = jax.jit(tfm.token_logp, static_argnums=2)(pairs, jnp.asarray(targets), temperature)
+  scaled = logits.astype(np.float64) / temperature
+  shifted = scaled - scaled.max(-1, keepdims=True)
+  reference = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+  expected = np.take_along_axis(reference, targets, axis=-1)
+  assert np.all(np.isfinite(np.asarray(got))) and np.all(np.asarray(got) <= 0)
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

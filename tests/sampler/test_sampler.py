@@ -101,6 +101,16 @@ def test_greedy_is_argmax_of_full_forward_for_any_key():
   np.testing.assert_allclose(first.logp, expected, atol=1e-5)
 
 
+def test_tiny_temperature_samples_the_argmax_with_logp_zero():
+  # T = 1e-9 is greedy in all but name: the argmax tokens, each with probability 1 (logp 0, and
+  # never +-inf, which XLA's rounding of logits / T once produced; see token_logp).
+  tokens, mask = _prompts()
+  greedy = _generate(tokens, mask)
+  tiny = _generate(tokens, mask, sampling=SamplingConfig(temperature=1e-9))
+  np.testing.assert_array_equal(tiny.tokens, greedy.tokens)
+  np.testing.assert_allclose(tiny.logp, np.zeros((3, TR)), atol=1e-6)
+
+
 def test_eos_equal_to_pad_masks_through_first_eos_only():
   tokens, mask = _prompts()
   free = np.asarray(_generate(tokens, mask).tokens[:, 5:])  # no EOS: the greedy continuation
