@@ -103,7 +103,8 @@ def _record(state: DecodeState, token, logp, *, eos_ids: tuple, pad_id: int) -> 
       done=state.done | _is_eos(token, eos_ids))
 
 
-def _check_generate_args(prompt_tokens, prompt_mask, max_new_tokens, sampling, eos_ids):
+def _check_generate_args(prompt_tokens, prompt_mask, model_config, max_new_tokens, sampling,
+                         eos_ids, pad_id):
   if prompt_tokens.ndim != 2 or prompt_tokens.shape[1] < 1:
     raise ValueError(f"prompt_tokens must be [B, Tp] with Tp >= 1, got shape {prompt_tokens.shape}")
   if prompt_mask.shape != prompt_tokens.shape:
@@ -113,8 +114,52 @@ def _check_generate_args(prompt_tokens, prompt_mask, max_new_tokens, sampling, e
     raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
   if not isinstance(sampling, SamplingConfig):
     raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+  check_special_ids(eos_ids, pad_id, model_config.vocab_size)
+  if not isinstance(prompt_mask, jax.core.Tracer) and not isinstance(prompt_tokens, jax.core.Tracer):
+    check_prompts(prompt_tokens, prompt_mask, model_config.vocab_size)
+
+
+def check_special_ids(eos_ids: tuple, pad_id: int, vocab_size: int) -> None:
+  """Checks the static ids of `generate`.
+
+  Raises:
+    ValueError: eos_ids is not a tuple of ints, or an EOS id (which could never be sampled) or
+      pad_id (embedded as NaN: jnp.take fills out-of-range rows) lies outside [0, vocab_size).
+  """
   if not isinstance(eos_ids, tuple) or not all(isinstance(e, int) for e in eos_ids):
     raise ValueError(f"eos_ids must be a tuple of ints (() disables EOS), got {eos_ids!r}")
+  if any(not 0 <= e < vocab_size for e in eos_ids):
+    raise ValueError(f"eos_ids {eos_ids} must lie in the model's vocabulary [0, {vocab_size})")
+  if not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
+    raise ValueError(f"pad_id {pad_id!r} is outside the model's vocabulary [0, {vocab_size})")
+
+
+def check_prompts(prompt_tokens, prompt_mask, vocab_size: int) -> None:
+  """Host-side checks of a prompt batch, which the jitted sampler would otherwise garble silently.
+
+  Args:
+    prompt_tokens: [B, Tp] int. prompt_mask: [B, Tp] int. vocab_size: V of the model.
+  Raises:
+    ValueError: naming the first bad row, when prompt_mask holds a value other than 0/1, a row has
+      no real token, a row is not left-padded (a 0 after a 1: decoding starts after the last
+      slot, so the first token would follow a pad), or a real token id lies outside [0, V) (its
+      embedding reads NaN).
+  """
+  tokens, mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
+  if not np.isin(mask, (0, 1)).all():
+    raise ValueError(f"prompt_mask must hold only 0 and 1, got values {np.unique(mask).tolist()}")
+  empty = np.flatnonzero(mask.sum(axis=1) == 0)
+  if empty.size:
+    raise ValueError(f"prompt_mask row {empty[0]} has no real token; every row needs at least one")
+  not_left = np.flatnonzero((np.diff(mask, axis=1) < 0).any(axis=1))
+  if not_left.size:
+    raise ValueError(f"prompt_mask row {not_left[0]} is not left-padded ({mask[not_left[0]].tolist()}); "
+                     "real tokens must fill the end of each row")
+  outside = (mask == 1) & ((tokens < 0) | (tokens >= vocab_size))
+  if outside.any():
+    row = int(np.flatnonzero(outside.any(axis=1))[0])
+    raise ValueError(f"prompt_tokens row {row} holds id {tokens[row][outside[row]][0]} at a real "
+                     f"position, outside the model's vocabulary [0, {vocab_size})")
 
 
 def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
@@ -125,19 +170,22 @@ def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.
   Args:
     params: the Transformer parameters (the `params` collection), not replicated.
     prompt_tokens: [B, Tp] int32, left-padded (real tokens at the end of each row).
-    prompt_mask: [B, Tp] {0,1} int, 1 for real tokens. A row must have >= 1 real token.
+    prompt_mask: [B, Tp] {0,1} int, 1 for real tokens; each row 0...0 1...1 with >= 1 real token.
     rng: PRNG key; response column i is drawn with fold_in(rng, i).
     model_config: static ModelConfig of `params`.
     max_new_tokens: static Tr >= 1.
     sampling: static SamplingConfig (temperature 0 = greedy).
-    eos_ids: static tuple of token ids that end a response; () disables EOS (always Tr tokens).
-    pad_id: static id written after the first EOS; may equal an EOS id.
+    eos_ids: static tuple of token ids in [0, V) that end a response; () disables EOS (always Tr
+      tokens).
+    pad_id: static id in [0, V) written after the first EOS; may equal an EOS id.
   Returns:
     Rollout (see its docstring) with B rows.
   Raises:
-    ValueError: on inconsistent shapes or a bad static argument.
+    ValueError: on inconsistent shapes, a bad static argument (`check_special_ids`), or, when the
+      prompts are concrete arrays (not traced), a prompt batch `check_prompts` rejects.
   """
-  _check_generate_args(prompt_tokens, prompt_mask, max_new_tokens, sampling, eos_ids)
+  _check_generate_args(prompt_tokens, prompt_mask, model_config, max_new_tokens, sampling, eos_ids,
+                       pad_id)
   return _generate(params, prompt_tokens, prompt_mask, rng, model_config=model_config,
                    max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id)
 
@@ -250,8 +298,8 @@ class Sampler:
     num_traces: how many times the generation function was traced (= compilations), for tests.
 
   Raises:
-    ValueError: on an empty bucket list, host_threads < 1, or a bad argument (via `generate`'s
-      checks at call time).
+    ValueError: on an empty bucket list, host_threads < 1, eos_ids or pad_id outside the model's
+      vocabulary (`check_special_ids`), or a bad argument (via `generate`'s checks at call time).
   """
 
   def __init__(self, model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
@@ -269,6 +317,7 @@ class Sampler:
     self.sampling = sampling
     self.eos_ids = tuple(int(e) for e in eos_ids)  # hashable Python ints for the static argument
     self.pad_id = int(pad_id)
+    check_special_ids(self.eos_ids, self.pad_id, model_config.vocab_size)
     self.prompt_buckets = tuple(sorted(prompt_buckets))
     self.devices = list(devices) if devices is not None else jax.local_devices()
     self.num_traces = 0
@@ -312,13 +361,15 @@ class Sampler:
       Rollout of numpy arrays, B rows, prompt width = the bucket Tp was padded to.
     Raises:
       ValueError: if B is not divisible by num_devices, Tp exceeds the largest bucket, shapes
-        disagree, or replicated params do not have a leading axis of size num_devices.
+        disagree, `check_prompts` rejects the prompts (right padding, an empty row, an id outside
+        the vocabulary), or replicated params do not have a leading axis of size num_devices.
     """
     sampling = self.sampling if sampling is None else sampling
     prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
     if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
       raise ValueError(f"prompt_tokens and prompt_mask must both be [B, Tp], got shapes "
                        f"{prompt_tokens.shape} and {prompt_mask.shape}")
+    check_prompts(prompt_tokens, prompt_mask, self.model_config.vocab_size)
     batch, n = prompt_tokens.shape[0], self.num_devices
     if batch % n:
       raise ValueError(f"batch size B={batch} must be divisible by the number of devices ({n})")

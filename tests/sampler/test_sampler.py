@@ -167,6 +167,36 @@ def test_generate_rejects_bad_shapes():
     _generate(tokens, mask, tr=0)
 
 
+@pytest.mark.parametrize("edit, message", [
+    # Right padding: the first token would be drawn after a pad slot (silently wrong before).
+    (lambda t, m: (t, m[:, ::-1].copy()), r"prompt_mask row 1 is not left-padded"),
+    (lambda t, m: (t, m * np.array([[1], [1], [0]])), r"prompt_mask row 2 has no real token"),
+    (lambda t, m: (t, m * 2), r"prompt_mask must hold only 0 and 1"),
+    # An id outside the embedding table reads NaN (jnp.take fills), so every logp was NaN.
+    (lambda t, m: (t + 50 * m, m), r"prompt_tokens row 0 holds id 64 at a real position, outside "
+                                   r"the model's vocabulary \[0, 64\)"),
+])
+def test_generate_and_sampler_reject_prompts_they_would_garble(edit, message):
+  tokens, mask = edit(*_prompts())
+  with pytest.raises(ValueError, match=message):
+    _generate(tokens, mask)
+  sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=(8,))
+  with pytest.raises(ValueError, match=message):
+    sampler(_params(), tokens, mask, jax.random.key(0))
+
+
+def test_pad_and_eos_ids_must_be_in_the_vocabulary():
+  # pad_id = V (a common "one past the vocabulary" choice) embedded as NaN: every padded row's
+  # logp was NaN and its tokens V - 1. An EOS id >= V can never be sampled.
+  tokens, mask = _prompts()
+  with pytest.raises(ValueError, match=r"pad_id 64 is outside the model's vocabulary \[0, 64\)"):
+    _generate(tokens, mask, pad_id=64)
+  with pytest.raises(ValueError, match=r"eos_ids \(3, 64\) must lie in the model's vocabulary \[0, 64\)"):
+    _generate(tokens, mask, eos_ids=(3, 64))
+  with pytest.raises(ValueError, match=r"pad_id -1 is outside"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=-1)
+
+
 def test_pad_to_bucket_left_pads_to_the_smallest_bucket():
   tokens, mask = _prompts()
   padded, padded_mask = pad_to_bucket(tokens, mask, (4, 8, 16), pad_id=9)
