@@ -129,7 +129,8 @@ class ModelConfig:
     return dataclasses.replace(self, **changes)
 
   def num_params(self, include_embedding: bool = True) -> int:
-    """Parameter count (the embedding counted once when tied)."""
+    """Parameter count of `transformer.init_params(self)`: the embedding counted once when tied,
+    the value head (kernel [hidden, 1] and bias [1]) when present."""
     d, h, k, hd, f = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
                       self.intermediate_size)
     attn = d * h * hd + 2 * d * k * hd + h * hd * d
@@ -140,7 +141,7 @@ class ModelConfig:
     if self.qk_norm:
       attn += 2 * hd
     block = attn + 3 * d * f + 2 * d
-    total = self.num_layers * block + d
+    total = self.num_layers * block + d + (d + 1 if self.value_head else 0)
     if include_embedding:
       total += self.vocab_size * d * (1 if self.tie_embeddings else 2)
     return total

@@ -156,7 +156,8 @@ def test_rope_scaling_must_be_a_rope_scaling():
 
 
 @pytest.mark.parametrize("overrides", [
-    {}, dict(tie_embeddings=False), dict(qkv_bias=True, o_proj_bias=True, qk_norm=False)])
+    {}, dict(tie_embeddings=False), dict(qkv_bias=True, o_proj_bias=True, qk_norm=False),
+    dict(value_head=True)])
 def test_num_params_counts_the_initialised_tree(overrides):
   config = _config(**overrides)
   shapes = jax.eval_shape(lambda key: tfm.init_params(config, key), jax.random.PRNGKey(0))
