@@ -60,7 +60,10 @@ def _read_json(path: pathlib.Path, what: str) -> dict:
     raise FileNotFoundError(f"{what}: {path} not found (expected a Hugging Face checkpoint directory "
                             f"with {CONFIG_FILE} and {WEIGHTS_FILE} or {INDEX_FILE})")
   with open(path) as f:
-    return json.load(f)
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{what}: {path} is not valid JSON ({e})") from None
 
 
 def _checkpoint_dir(path: PathLike) -> pathlib.Path:
@@ -156,7 +159,7 @@ def load_hf_config(path: PathLike) -> ModelConfig:
 
   Raises:
     FileNotFoundError: the directory or its config.json does not exist (names the path).
-    ValueError: as `config_from_hf_dict`.
+    ValueError: config.json is not valid JSON (names the path), or as `config_from_hf_dict`.
   """
   return config_from_hf_dict(_read_json(_checkpoint_dir(path) / CONFIG_FILE, "config"))
 
@@ -285,10 +288,11 @@ def load_hf_checkpoint(path: PathLike, *, dtype: Optional[str] = None,
 
   Raises:
     FileNotFoundError: the directory, config.json, the weights file or a listed shard is missing.
-    ValueError: config.json is unsupported (see `config_from_hf_dict`); a tensor the config needs
-      is missing (named); a tensor has the wrong shape (named, with both shapes); the checkpoint
-      holds tensors this model would not use (named: a config mismatch such as missing q/k norms);
-      `dtype` is not one of the supported names.
+    ValueError: config.json or the index is not valid JSON (named); config.json is unsupported
+      (see `config_from_hf_dict`); a tensor the config needs is missing (named), also from the
+      shard the index names for it; a tensor has the wrong shape (named, with both shapes); the
+      checkpoint holds tensors this model would not use (named: a config mismatch such as missing
+      q/k norms); `dtype` is not one of the supported names.
   """
   directory = _checkpoint_dir(path)
   config = load_hf_config(directory)
@@ -315,6 +319,9 @@ def load_hf_checkpoint(path: PathLike, *, dtype: Optional[str] = None,
     by_file.setdefault(files[name], []).append(name)
   for file, file_names in by_file.items():
     with safetensors.safe_open(file, framework="numpy") as f:
+      absent = sorted(set(file_names) - set(f.keys()))
+      if absent:  # only an index can point at the wrong file
+        raise ValueError(f"tensor {absent[0]!r} is not in {file}, the shard {INDEX_FILE} names for it")
       for name in file_names:
         param_path, transpose = names[name]
         expected = tuple(_get(shapes, param_path).shape)

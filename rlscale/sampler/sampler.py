@@ -115,7 +115,7 @@ def _check_generate_args(prompt_tokens, prompt_mask, model_config, max_new_token
   if not isinstance(sampling, SamplingConfig):
     raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
   check_special_ids(eos_ids, pad_id, model_config.vocab_size)
-  if not isinstance(prompt_mask, jax.core.Tracer) and not isinstance(prompt_tokens, jax.core.Tracer):
+  if not any(isinstance(x, jax.core.Tracer) for x in (prompt_tokens, prompt_mask)):  # values known
     check_prompts(prompt_tokens, prompt_mask, model_config.vocab_size)
 
 
@@ -153,8 +153,9 @@ def check_prompts(prompt_tokens, prompt_mask, vocab_size: int) -> None:
     raise ValueError(f"prompt_mask row {empty[0]} has no real token; every row needs at least one")
   not_left = np.flatnonzero((np.diff(mask, axis=1) < 0).any(axis=1))
   if not_left.size:
-    raise ValueError(f"prompt_mask row {not_left[0]} is not left-padded ({mask[not_left[0]].tolist()}); "
-                     "real tokens must fill the end of each row")
+    row = not_left[0]
+    raise ValueError(f"prompt_mask row {row} is not left-padded ({mask[row].tolist()}); real tokens "
+                     "must fill the end of each row")
   outside = (mask == 1) & ((tokens < 0) | (tokens >= vocab_size))
   if outside.any():
     row = int(np.flatnonzero(outside.any(axis=1))[0])

@@ -2,6 +2,7 @@
 parity with transformers itself is in test_hf_parity.py)."""
 
 import json
+import re
 
 import jax
 import ml_dtypes
@@ -134,8 +135,18 @@ def test_sharded_checkpoint_loads(tmp_path, random_params):
   (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
   _, loaded = hc.load_hf_checkpoint(sharded)
   _assert_trees_equal(loaded, params)
+  # The index names a shard that does not hold the tensor (a stale index after re-sharding).
+  first = sharded / "model-00001-of-00002.safetensors"
+  safetensors.numpy.save_file({n: tensors[n] for n in names[1:7]}, first)
+  with pytest.raises(ValueError, match=rf"tensor '{re.escape(names[0])}' is not in .*"
+                                       r"model-00001-of-00002\.safetensors, the shard "
+                                       r"model\.safetensors\.index\.json names for it"):
+    hc.load_hf_checkpoint(sharded)
   (sharded / "model-00002-of-00002.safetensors").unlink()
   with pytest.raises(FileNotFoundError, match=r"shard .*model-00002-of-00002.safetensors listed in"):
+    hc.load_hf_checkpoint(sharded)
+  (sharded / "model.safetensors.index.json").write_text('{"weight_map": ')  # truncated
+  with pytest.raises(ValueError, match=r"model\.safetensors\.index\.json is not valid JSON"):
     hc.load_hf_checkpoint(sharded)
 
 
@@ -143,6 +154,9 @@ def test_missing_directory_config_or_weights(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"checkpoint directory .*nowhere not found"):
     hc.load_hf_checkpoint(tmp_path / "nowhere")
   with pytest.raises(FileNotFoundError, match=r"config\.json not found"):
+    hc.load_hf_checkpoint(tmp_path)
+  (tmp_path / "config.json").write_text("{'model_type': 'qwen3'}")  # Python, not JSON
+  with pytest.raises(ValueError, match=r"config\.json is not valid JSON"):
     hc.load_hf_checkpoint(tmp_path)
   (tmp_path / "config.json").write_text(json.dumps(QWEN3_V5))
   with pytest.raises(FileNotFoundError, match=r"looked for model\.safetensors and model\.safetensors\.index\.json"):
