@@ -1,7 +1,7 @@
 """Advantage estimators: pure, jittable functions registered by name (`rl.advantage` in a config).
 
 Sequence-level estimators take rewards [B] float32 of B = P * G responses laid out group by group
-(each prompt's G responses adjacent, as `runner.batching.repeat_groups` makes them) and return one
+(each prompt's G responses adjacent, as the sampler's `samples_per_prompt` makes them) and return one
 advantage per response, [B] float32, which the update step broadcasts over the response tokens:
 
 - `grpo` (Shao et al. 2024, DeepSeekMath): (r - group mean) / (group std + eps), unbiased std.

@@ -45,11 +45,6 @@ def encode_responses(tokenizer, texts: Sequence[str], length: int) -> tuple[np.n
   return tokens, mask
 
 
-def repeat_groups(arrays: Sequence[np.ndarray], group_size: int) -> list[np.ndarray]:
-  """[P, ...] -> [P * G, ...], each prompt's G copies adjacent (the layout GRPO groups assume)."""
-  return [np.repeat(a, group_size, axis=0) for a in arrays]
-
-
 def decode_responses(tokenizer, tokens: np.ndarray, response_mask: np.ndarray) -> list[str]:
   """Response texts from tokens [B, Tr] under response_mask [B, Tr] (EOS and padding dropped)."""
   out = []

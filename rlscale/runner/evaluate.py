@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlscale.runner.batching import decode_responses, encode_prompts, repeat_groups
+from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks.rewards import score_batch
 
@@ -52,11 +52,15 @@ class Evaluator:
   pass_k: int
   temperature: float
 
-  def _rewards(self, params, tokens, mask, rng, sampling, examples) -> np.ndarray:
-    (tokens, mask), n = pad_to_multiple([tokens, mask], self.num_devices)
-    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling, params_replicated=True)
+  def _rewards(self, params, tokens, mask, rng, sampling, samples_per_prompt: int) -> np.ndarray:
+    """[P * samples_per_prompt] rewards, row p * samples_per_prompt + g for example p."""
+    (tokens, mask), num_prompts = pad_to_multiple([tokens, mask], self.num_devices)
+    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling, params_replicated=True,
+                           samples_per_prompt=samples_per_prompt)
+    n = num_prompts * samples_per_prompt
     t_r = rollout.response_mask.shape[1]
     texts = decode_responses(self.tokenizer, rollout.tokens[:n, -t_r:], rollout.response_mask[:n])
+    examples = [e for e in self.examples for _ in range(samples_per_prompt)]
     rewards, _ = score_batch(self.task, texts, examples, response_lengths=rollout.lengths[:n])
     return rewards
 
@@ -68,12 +72,10 @@ class Evaluator:
     texts = [self.task.format_prompt(e) for e in self.examples]
     tokens, mask = encode_prompts(self.tokenizer, texts, self.prompt_buckets)
     greedy = self._rewards(params, tokens, mask, jax.random.fold_in(rng, 0),
-                           SamplingConfig(temperature=0.0), list(self.examples))
+                           SamplingConfig(temperature=0.0), 1)
     k = self.pass_k
-    tokens_k, mask_k = repeat_groups([tokens, mask], k)
-    examples_k = [e for e in self.examples for _ in range(k)]
-    sampled = self._rewards(params, tokens_k, mask_k, jax.random.fold_in(rng, 1),
-                            SamplingConfig(temperature=self.temperature), examples_k)
+    sampled = self._rewards(params, tokens, mask, jax.random.fold_in(rng, 1),
+                            SamplingConfig(temperature=self.temperature), k)
     correct = (sampled >= CORRECT_REWARD).reshape(len(self.examples), k)
     return {
         "eval/greedy_accuracy": float(np.mean(greedy >= CORRECT_REWARD)),

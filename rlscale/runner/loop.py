@@ -23,7 +23,7 @@ import tqdm
 from rlscale.rl import dapo
 from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.runner import builders
-from rlscale.runner.batching import decode_responses, encode_prompts, repeat_groups
+from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
@@ -222,9 +222,10 @@ def _generate_groups(run, state, key, stream_position, phase_totals) -> Generate
   buckets = run.prompt_buckets[-1:] if rl.dynamic_sampling else run.prompt_buckets
   prompt_tokens, prompt_mask = encode_prompts(
       run.tokenizer, [run.task.format_prompt(e) for e in examples], buckets)
-  prompt_tokens, prompt_mask = repeat_groups([prompt_tokens, prompt_mask], G)
   t0 = time.perf_counter()
-  rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True)
+  # The G responses of a prompt share its prefill (rows p * G + g, groups adjacent).
+  rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True,
+                        samples_per_prompt=G)
   t1 = time.perf_counter()
   t_r = rollout.response_mask.shape[1]
   texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)

@@ -165,13 +165,19 @@ def check_prompts(prompt_tokens, prompt_mask, vocab_size: int) -> None:
 
 def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
              model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
-             eos_ids: tuple, pad_id: int) -> Rollout:
+             eos_ids: tuple, pad_id: int, samples_per_prompt: int = 1) -> Rollout:
   """Samples up to Tr = max_new_tokens tokens after each left-padded prompt (jitted).
+
+  With samples_per_prompt = G > 1 the P prompts are prefilled once and their KV cache is copied
+  to G rows each (GRPO's G responses share their prompt's keys and values, as prefix caching in
+  vLLM / SGLang does): B = P * G rows, row p * G + g the g-th sample of prompt p, the same
+  samples as passing each prompt G times (same key), for 1/G of the prefill FLOPs.
 
   Args:
     params: the Transformer parameters (the `params` collection), not replicated.
-    prompt_tokens: [B, Tp] int32, left-padded (real tokens at the end of each row).
-    prompt_mask: [B, Tp] {0,1} int, 1 for real tokens; each row 0...0 1...1 with >= 1 real token.
+    prompt_tokens: [P, Tp] int32, left-padded (real tokens at the end of each row); P = B when
+      samples_per_prompt is 1.
+    prompt_mask: [P, Tp] {0,1} int, 1 for real tokens; each row 0...0 1...1 with >= 1 real token.
     rng: PRNG key; response column i is drawn with fold_in(rng, i).
     model_config: static ModelConfig of `params`.
     max_new_tokens: static Tr >= 1.
@@ -179,35 +185,45 @@ def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.
     eos_ids: static tuple of token ids in [0, V) that end a response; () disables EOS (always Tr
       tokens).
     pad_id: static id in [0, V) written after the first EOS; may equal an EOS id.
+    samples_per_prompt: static G >= 1, responses sampled per prompt.
   Returns:
-    Rollout (see its docstring) with B rows.
+    Rollout (see its docstring) with B = P * G rows, prompts repeated in `tokens`/`prompt_mask`.
   Raises:
-    ValueError: on inconsistent shapes, a bad static argument (`check_special_ids`), or, when the
-      prompts are concrete arrays (not traced), a prompt batch `check_prompts` rejects.
+    ValueError: on inconsistent shapes, a bad static argument (`check_special_ids`, G < 1), or,
+      when the prompts are concrete arrays (not traced), a prompt batch `check_prompts` rejects.
   """
   _check_generate_args(prompt_tokens, prompt_mask, model_config, max_new_tokens, sampling, eos_ids,
                        pad_id)
+  if not isinstance(samples_per_prompt, int) or samples_per_prompt < 1:
+    raise ValueError(f"samples_per_prompt must be an int >= 1, got {samples_per_prompt!r}")
   return _generate(params, prompt_tokens, prompt_mask, rng, model_config=model_config,
-                   max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id)
+                   max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id,
+                   samples_per_prompt=samples_per_prompt)
 
 
 @functools.partial(jax.jit, static_argnames=("model_config", "max_new_tokens", "sampling",
-                                             "eos_ids", "pad_id"))
+                                             "eos_ids", "pad_id", "samples_per_prompt"))
 def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_tokens, sampling,
-              eos_ids, pad_id) -> Rollout:
+              eos_ids, pad_id, samples_per_prompt) -> Rollout:
   """`generate` without the argument checks."""
-  batch, prompt_len = prompt_tokens.shape
+  num_prompts, prompt_len = prompt_tokens.shape
+  batch = num_prompts * samples_per_prompt
   num_slots = prompt_len + max_new_tokens
   model = Transformer(model_config)
   prompt_mask = prompt_mask.astype(jnp.int32)
   prompt_tokens = prompt_tokens.astype(jnp.int32)
 
-  # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
-  slot_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], axis=1)
-  # Prefill: every prompt slot in one forward, attending to the prompt slots only.
+  # Prefill: every prompt slot of each distinct prompt in one forward, attending to the prompt
+  # slots only.
   out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
                     cache_attention_mask(prompt_mask, 0, prompt_len),
-                    init_cache(model_config, batch, num_slots), jnp.int32(0), last_only=True)
+                    init_cache(model_config, num_prompts, num_slots), jnp.int32(0), last_only=True)
+  if samples_per_prompt > 1:  # each prompt's G rows start from copies of its prefill
+    to_rows = lambda x: jnp.repeat(x, samples_per_prompt, axis=0)  # noqa: E731
+    out = out._replace(logits=to_rows(out.logits), cache=jax.tree.map(to_rows, out.cache))
+    prompt_tokens, prompt_mask = to_rows(prompt_tokens), to_rows(prompt_mask)
+  # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
+  slot_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], axis=1)
   empty = DecodeState(
       step=jnp.int32(0),
       last_token=jnp.zeros((batch,), jnp.int32),
@@ -291,7 +307,7 @@ class Sampler:
     prompt_buckets: allowed padded prompt lengths, e.g. (16, 32, 64, 128).
     devices: devices to pmap over; default `jax.local_devices()`.
     host_threads: split each batch into up to this many row chunks generated concurrently from
-      host threads (the largest count <= host_threads that divides B / num_devices). Worth the
+      host threads (the largest count <= host_threads that divides the prompts per device). Worth the
       number of CPU cores per device on a CPU backend (1.5-2x tokens/s at batch 16-256 on 2
       cores); leave 1 on accelerators. The samples depend on the chunk count (see `__call__`).
 
@@ -329,41 +345,48 @@ class Sampler:
     self._generate = {
         replicated: jax.pmap(self._device_generate, axis_name=AXIS_NAME, devices=self.devices,
                              in_axes=(0 if replicated else None, 0, 0, None),
-                             static_broadcasted_argnums=(4,))
+                             static_broadcasted_argnums=(4, 5))
         for replicated in (True, False)}
 
   @property
   def num_devices(self) -> int:
     return len(self.devices)
 
-  def _device_generate(self, params, prompt_tokens, prompt_mask, rng, sampling):
+  def _device_generate(self, params, prompt_tokens, prompt_mask, rng, sampling, samples_per_prompt):
     self.num_traces += 1  # runs only while tracing
     rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS_NAME))
     return generate(params, prompt_tokens, prompt_mask, rng, model_config=self.model_config,
                     max_new_tokens=self.max_new_tokens, sampling=sampling, eos_ids=self.eos_ids,
-                    pad_id=self.pad_id)
+                    pad_id=self.pad_id, samples_per_prompt=samples_per_prompt)
 
   def __call__(self, params, prompt_tokens: np.ndarray, prompt_mask: np.ndarray, rng: jax.Array, *,
-               sampling: Optional[SamplingConfig] = None, params_replicated: bool = False) -> Rollout:
-    """Samples responses for a batch of left-padded prompts.
+               sampling: Optional[SamplingConfig] = None, params_replicated: bool = False,
+               samples_per_prompt: int = 1) -> Rollout:
+    """Samples `samples_per_prompt` responses for each of a batch of left-padded prompts.
 
     Args:
       params: Transformer params. With params_replicated=False (default) a plain pytree, sent to
         every device. With params_replicated=True every leaf has a leading axis of size
         num_devices (the layout of a pmapped TrainState), used as is.
-      prompt_tokens: [B, Tp] int, left-padded; B must be divisible by num_devices.
-      prompt_mask: [B, Tp] {0,1}, 1 for real tokens.
+      prompt_tokens: [P, Tp] int, left-padded; B = P * samples_per_prompt must be divisible by
+        num_devices.
+      prompt_mask: [P, Tp] {0,1}, 1 for real tokens.
       rng: PRNG key; device d samples with fold_in(rng, d) (then fold_in(., step) per token).
         With C > 1 chunks (see host_threads), rows are split into C contiguous chunks, each spread
         over the devices, and chunk c uses fold_in(rng, c) in place of rng.
       sampling: overrides the default SamplingConfig for this call.
       params_replicated: see `params`.
+      samples_per_prompt: G >= 1. Each prompt is prefilled once per device and its cache shared by
+        its G rows (see `generate`) when P is divisible by num_devices; otherwise the prompts are
+        repeated G times on the host first (the same rows, G times the prefill).
     Returns:
-      Rollout of numpy arrays, B rows, prompt width = the bucket Tp was padded to.
+      Rollout of numpy arrays, B = P * G rows (row p * G + g: sample g of prompt p), prompt width =
+      the bucket Tp was padded to.
     Raises:
-      ValueError: if B is not divisible by num_devices, Tp exceeds the largest bucket, shapes
-        disagree, `check_prompts` rejects the prompts (right padding, an empty row, an id outside
-        the vocabulary), or replicated params do not have a leading axis of size num_devices.
+      ValueError: if B is not divisible by num_devices, samples_per_prompt < 1, Tp exceeds the
+        largest bucket, shapes disagree, `check_prompts` rejects the prompts (right padding, an
+        empty row, an id outside the vocabulary), or replicated params do not have a leading axis
+        of size num_devices.
     """
     sampling = self.sampling if sampling is None else sampling
     prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
@@ -371,27 +394,34 @@ class Sampler:
       raise ValueError(f"prompt_tokens and prompt_mask must both be [B, Tp], got shapes "
                        f"{prompt_tokens.shape} and {prompt_mask.shape}")
     check_prompts(prompt_tokens, prompt_mask, self.model_config.vocab_size)
-    batch, n = prompt_tokens.shape[0], self.num_devices
-    if batch % n:
-      raise ValueError(f"batch size B={batch} must be divisible by the number of devices ({n})")
+    if not isinstance(samples_per_prompt, int) or samples_per_prompt < 1:
+      raise ValueError(f"samples_per_prompt must be an int >= 1, got {samples_per_prompt!r}")
+    group, n = samples_per_prompt, self.num_devices
+    if prompt_tokens.shape[0] * group % n:
+      raise ValueError(f"batch size B={prompt_tokens.shape[0] * group} (prompts x "
+                       f"samples_per_prompt) must be divisible by the number of devices ({n})")
+    if prompt_tokens.shape[0] % n:  # a device must hold whole groups to share their prefill
+      prompt_tokens, prompt_mask = (np.repeat(x, group, axis=0) for x in (prompt_tokens, prompt_mask))
+      group = 1
     if params_replicated:
       bad = [x.shape for x in jax.tree.leaves(params) if x.ndim < 1 or x.shape[0] != n]
       if bad:
         raise ValueError(f"params_replicated=True needs a leading axis of size {n} on every leaf, "
                          f"got shapes like {bad[0]}")
     tokens, mask = pad_to_bucket(prompt_tokens, prompt_mask, self.prompt_buckets, self.pad_id)
-    chunks = max(c for c in range(1, self.host_threads + 1) if (batch // n) % c == 0)
-    rows = batch // chunks
-    shard = lambda x: x.reshape((n, rows // n) + x.shape[1:])  # noqa: E731
+    prompts = tokens.shape[0]
+    chunks = max(c for c in range(1, self.host_threads + 1) if (prompts // n) % c == 0)
+    chunk_prompts = prompts // chunks
+    shard = lambda x: x.reshape((n, chunk_prompts // n) + x.shape[1:])  # noqa: E731
 
     def run(c):
-      chunk = slice(c * rows, (c + 1) * rows)
+      chunk = slice(c * chunk_prompts, (c + 1) * chunk_prompts)
       key = rng if chunks == 1 else jax.random.fold_in(rng, c)
       out = self._generate[params_replicated](params, shard(tokens[chunk]), shard(mask[chunk]), key,
-                                              sampling)
-      return [np.asarray(x).reshape((rows,) + x.shape[2:]) for x in out]  # waits for the result
+                                              sampling, group)
+      return [np.asarray(x).reshape((chunk_prompts * group,) + x.shape[2:]) for x in out]  # waits
 
-    signature = (params_replicated, tokens.shape, sampling, chunks)
+    signature = (params_replicated, tokens.shape, sampling, chunks, group)
     if chunks == 1 or signature not in self._compiled:  # compile on this thread first
       parts = [run(c) for c in range(chunks)]
       self._compiled.add(signature)

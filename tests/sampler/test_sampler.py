@@ -245,6 +245,48 @@ def test_sampler_accepts_replicated_params_and_checks_them():
     Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=())
 
 
+@pytest.mark.parametrize("sampling", [GREEDY, SamplingConfig(temperature=1.0)])
+def test_shared_prefill_equals_each_prompt_repeated(sampling):
+  tokens, mask = _prompts()
+  group = 3
+  shared = generate(_params(), jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(4),
+                    model_config=CONFIG, max_new_tokens=TR, sampling=sampling, eos_ids=(7,),
+                    pad_id=0, samples_per_prompt=group)
+  repeated = _generate(np.repeat(tokens, group, 0), np.repeat(mask, group, 0), jax.random.key(4),
+                       sampling=sampling, eos_ids=(7,))
+  np.testing.assert_array_equal(shared.tokens, repeated.tokens)  # rows p * G + g, prompts repeated
+  np.testing.assert_array_equal(shared.prompt_mask, repeated.prompt_mask)
+  np.testing.assert_array_equal(shared.response_mask, repeated.response_mask)
+  np.testing.assert_allclose(shared.logp, repeated.logp, atol=1e-6)
+  if not sampling.greedy:  # the G samples of a prompt differ
+    assert len({tuple(r) for r in np.asarray(shared.tokens[:group])}) > 1
+  with pytest.raises(ValueError, match="samples_per_prompt must be an int >= 1, got 0"):
+    generate(_params(), jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(4),
+             model_config=CONFIG, max_new_tokens=TR, sampling=sampling, eos_ids=(), pad_id=0,
+             samples_per_prompt=0)
+
+
+def test_sampler_samples_per_prompt_shares_prefill_within_chunks():
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,),
+                    host_threads=2)
+  tokens, mask = _prompts()
+  tokens, mask = np.concatenate([tokens, tokens[:1]]), np.concatenate([mask, mask[:1]])  # P = 4
+  rng = jax.random.key(9)
+  out = sampler(_params(), tokens, mask, rng, samples_per_prompt=2)
+  out = sampler(_params(), tokens, mask, rng, samples_per_prompt=2)  # chunks run concurrently
+  assert out.tokens.shape == (8, 8 + TR)
+  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
+  for chunk in range(2):  # chunk c: prompts 2c, 2c+1 -> rows 4c..4c+3, key fold_in(fold_in(rng, c), 0)
+    key = jax.random.fold_in(jax.random.fold_in(rng, chunk), 0)
+    prompts = slice(2 * chunk, 2 * chunk + 2)
+    expected = _generate(np.repeat(padded[prompts], 2, 0), np.repeat(padded_mask[prompts], 2, 0),
+                         rng=key, sampling=SamplingConfig())
+    np.testing.assert_array_equal(out.tokens[4 * chunk:4 * chunk + 4], expected.tokens)
+    np.testing.assert_allclose(out.logp[4 * chunk:4 * chunk + 4], expected.logp, atol=1e-6)
+  with pytest.raises(ValueError, match="samples_per_prompt must be an int >= 1"):
+    sampler(_params(), tokens, mask, rng, samples_per_prompt=0)
+
+
 def test_sampler_host_threads_split_rows_into_chunks_with_their_own_keys():
   sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,),
                     host_threads=2)

@@ -52,6 +52,15 @@ def _child():
     assert "divisible by the number of devices (2)" in str(e), e
   else:
     raise AssertionError("B=3 on 2 devices must raise")
+  # Shared prefill: P = 4 prompts x G = 2 over 2 devices (prompts 2d, 2d+1 on device d) equals
+  # the prompts repeated on the host; P = 1 x G = 2 (not a whole prompt per device) falls back to
+  # repeating, with the same result.
+  grouped = sampler(params, tokens, mask, rng, samples_per_prompt=2)
+  repeated = sampler(params, np.repeat(tokens, 2, 0), np.repeat(mask, 2, 0), rng)
+  np.testing.assert_array_equal(grouped.tokens, repeated.tokens)
+  np.testing.assert_allclose(grouped.logp, repeated.logp, atol=1e-6)
+  single = sampler(params, tokens[:1], mask[:1], rng, samples_per_prompt=2)
+  np.testing.assert_array_equal(single.tokens, sampler(params, tokens[[0, 0]], mask[[0, 0]], rng).tokens)
   print("MULTIDEVICE_OK")
 
 
