@@ -13,13 +13,20 @@ Writes DIR/sampler.json with
   tokens_per_s: {generator: {batch: new tokens/s}} for the generators below, the
     median of 5 timed runs after a warm-up (3 with --quick and for rlscale_nocache, which is
     compiled ahead instead of warmed up); null where not run (transformers without torch or not
-    in --generators, rlscale_nocache above batch 16 with --quick);
+    in --generators, rlscale_nocache above batch 16 with --quick, rlscale_cache_grouped_g8 below 8);
   tokens_per_cpu_s: the same per CPU-second of this process (all threads), which other processes
     on the machine disturb less than wall time; tokens_per_s_best: from the fastest run;
   roofline_tokens_per_s: matmul_flops / ModelConfig.flops_per_token(context) with context the mean
     number of keys a generated token attends to (32 + 64 / 2);
   matmul_flops: best jitted float32 FLOP/s (wall) over [1024]^3 and [2048]^3 matmuls in this
     process, before and after the generators;
+  workload_flops_per_new_token: model FLOPs of the whole workload per generated token: the prefill
+    forward over the 32 prompt tokens (token t attends to t + 1 keys) plus the 63 decode forwards
+    (mean 64 keys), over 64 new tokens; about 1.45x flops_per_token, because the prompt's keys
+    and values must be computed too and the roofline above does not count them;
+  generation_mfu: {generator: {batch: tokens_per_s x workload_flops_per_new_token / matmul_flops}},
+    the share of the matmul peak the whole generation sustains (prefill included), comparable
+    between generators since transformers prefills the same prompts;
   ratios: speedup_vs_transformers {batch: rlscale_cache / transformers}, roofline_fraction_256,
     scaling_256_over_1 (rlscale_cache at 256 / at 1); goals: the issue's targets and whether they
     hold; machine (CPU, versions, XLA_FLAGS, load average before and after: other processes on
@@ -27,7 +34,9 @@ Writes DIR/sampler.json with
 
 rlscale_cache is `rlscale.sampler.Sampler` (the runner's path: bucketing, pmap, host transfer) with
 host_threads = the CPU count (row chunks decoded concurrently), rlscale_cache_one_thread the same
-with host_threads=1.
+with host_threads=1. rlscale_cache_grouped_g8 is not W1 but its GRPO-shaped variant: B / 8 distinct
+prompts x 8 samples each (batches >= 8), drawn with `samples_per_prompt=8`, which prefills each
+prompt once; its tokens/s shows what sharing the prefill saves at the same batch.
 rlscale_nocache reruns the full causal forward over all Tp + Tr slots at every step inside one
 jitted `lax.fori_loop`: the cost a sampler without a KV cache pays. transformers is
 `model.generate(use_cache=True, do_sample=True, top_k=0)` with `torch.set_num_threads(2)`.
@@ -55,7 +64,9 @@ from rlscale.model import ModelConfig, forward, load_hf_checkpoint  # noqa: E402
 from rlscale.sampler import SamplingConfig, Sampler, sample_token  # noqa: E402
 
 PROMPT_LEN, NEW_TOKENS, SEED = 32, 64, 0
-GENERATORS = ("rlscale_cache", "rlscale_cache_one_thread", "rlscale_nocache", "transformers")
+GENERATORS = ("rlscale_cache", "rlscale_cache_one_thread", "rlscale_cache_grouped_g8",
+              "rlscale_nocache", "transformers")
+GROUP = 8  # samples per prompt of rlscale_cache_grouped_g8
 NOCACHE_QUICK_MAX_BATCH = 16  # --quick: the uncached sampler costs ~4 s per 1000 tokens at batch 64
 BATCHES = (1, 4, 16, 64, 256)
 SAMPLING = SamplingConfig(temperature=1.0)
@@ -130,11 +141,13 @@ def matmul_flops(sizes=(1024, 2048), repeats: int = 3) -> float:
   return best
 
 
-def time_cache(config, params, batch, repeats, host_threads) -> Timing:
+def time_cache(config, params, batch, repeats, host_threads, group: int = 1) -> Timing:
+  """Sampler timing for `batch` responses: batch / group distinct prompts x group samples."""
   sampler = Sampler(config, NEW_TOKENS, SAMPLING, eos_ids=(), pad_id=0, prompt_buckets=(PROMPT_LEN,),
                     host_threads=host_threads)
-  tokens, mask = prompts(batch, config.vocab_size)
-  return time_calls(lambda i: sampler(params, tokens, mask, jax.random.key(i + 1)), repeats)
+  tokens, mask = prompts(batch // group, config.vocab_size)
+  return time_calls(lambda i: sampler(params, tokens, mask, jax.random.key(i + 1),
+                                      samples_per_prompt=group), repeats)
 
 
 def make_nocache_generate(config: ModelConfig):
@@ -208,6 +221,14 @@ def machine_info() -> dict:
   return info
 
 
+def workload_flops_per_new_token(config: ModelConfig) -> float:
+  """Model FLOPs of one W1 row (prefill of PROMPT_LEN tokens, NEW_TOKENS - 1 decode forwards; the
+  first new token comes from the prefill) divided by NEW_TOKENS."""
+  prefill = PROMPT_LEN * config.flops_per_token((PROMPT_LEN + 1) / 2)
+  decode = (NEW_TOKENS - 1) * config.flops_per_token(PROMPT_LEN + NEW_TOKENS / 2)
+  return (prefill + decode) / NEW_TOKENS
+
+
 def ratios_and_goals(tokens_per_s: dict, roofline: float) -> tuple[dict, dict]:
   cache, hf = tokens_per_s["rlscale_cache"], tokens_per_s["transformers"]
   speedup = {b: (cache[b] / hf[b] if hf.get(b) else None) for b in cache}
@@ -258,6 +279,9 @@ def main(argv=None):
       timers = {"rlscale_cache": lambda: time_cache(config, params, batch, repeats, threads)}
       if "rlscale_cache_one_thread" in chosen:
         timers["rlscale_cache_one_thread"] = lambda: time_cache(config, params, batch, repeats, 1)
+      if "rlscale_cache_grouped_g8" in chosen and batch >= GROUP:
+        timers["rlscale_cache_grouped_g8"] = lambda: time_cache(config, params, batch, repeats,
+                                                                threads, GROUP)
       if "rlscale_nocache" in chosen and not (args.quick and batch > NOCACHE_QUICK_MAX_BATCH):
         # 3 runs at most: one takes about a minute at batch 256.
         timers["rlscale_nocache"] = lambda: time_nocache(config, params, batch, min(repeats, 3))
@@ -275,6 +299,9 @@ def main(argv=None):
   context = PROMPT_LEN + NEW_TOKENS // 2
   roofline = peak / config.flops_per_token(context)
   ratios, goals = ratios_and_goals(tokens_per_s, roofline)
+  workload_flops = workload_flops_per_new_token(config)
+  mfu = {name: {b: (rate * workload_flops / peak if rate else None) for b, rate in rates.items()}
+         for name, rates in tokens_per_s.items()}
   report = {
       "tokens_per_s": tokens_per_s,
       "tokens_per_cpu_s": rates["cpu"],
@@ -282,6 +309,8 @@ def main(argv=None):
       "roofline_tokens_per_s": roofline,
       "matmul_flops": peak,
       "flops_per_token": config.flops_per_token(context),
+      "workload_flops_per_new_token": workload_flops,
+      "generation_mfu": mfu,
       "context_for_flops": context,
       "ratios": ratios,
       "goals": goals,
@@ -297,7 +326,8 @@ def main(argv=None):
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "sampler.json"), "w", encoding="utf-8") as f:
     json.dump(report, f, indent=2)
-  print(json.dumps({k: report[k] for k in ("ratios", "goals", "roofline_tokens_per_s")}, indent=2))
+  print(json.dumps({k: report[k] for k in ("ratios", "goals", "roofline_tokens_per_s",
+                                           "generation_mfu")}, indent=2))
   return report
 
 
