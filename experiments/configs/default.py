@@ -101,6 +101,12 @@ def get_config(arg=None):
   config.rollout.temperature = 0.5
   config.rollout.top_k = 0
   config.rollout.top_p = 1.0
+  # Row chunks sampled concurrently from host threads (`Sampler(host_threads=...)`): on a CPU
+  # backend one decode loop keeps about one core busy, so the core count gives 1.5-2x tokens/s on
+  # long responses (benchmarks/sampler.py, 64 tokens); this job's 8-token responses gain nothing
+  # (generation 7.0 s with 1, 7.7 s with 2 on 2 cores). Keep 1 on GPU/TPU. The samples depend on
+  # it (each chunk draws with its own key).
+  config.rollout.host_threads = 1
 
   # --- RL algorithm.
   config.rl = ml_collections.ConfigDict()

@@ -90,6 +90,8 @@ def rollout_sampling(config, rl) -> SamplingConfig:
   rollout = config.rollout
   if not isinstance(rollout.max_new_tokens, int) or rollout.max_new_tokens < 1:
     raise ValueError(f"rollout.max_new_tokens must be an int >= 1, got {rollout.max_new_tokens!r}")
+  if not isinstance(rollout.host_threads, int) or rollout.host_threads < 1:
+    raise ValueError(f"rollout.host_threads must be an int >= 1, got {rollout.host_threads!r}")
   if config.task.get("overlong_max_len") and rl.overlong_buffer_frac > 0:
     raise ValueError("overlong shaping is on twice: task.overlong_max_len and "
                      "rl.overlong_buffer_frac; set task.overlong_max_len=None or "
@@ -181,7 +183,8 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   model_config, params = build_model(config, tokenizer, log)
   params, sft_seconds = warm_start(config, workdir, model_config, params, tokenizer, task, log)
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
-                    eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets)
+                    eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets,
+                    host_threads=config.rollout.host_threads)
   batch_size = rl.prompts_per_step * rl.group_size
   critic_params, critic_optimizer, value_fn = None, None, None
   if update_lib.uses_critic(rl):

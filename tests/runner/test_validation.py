@@ -27,6 +27,7 @@ def _build(tmp_path, **overrides):
     ({"sft__learning_rate": 0.0}, "sft.learning_rate"),
     ({"rollout__max_new_tokens": 0}, "rollout.max_new_tokens"),
     ({"rollout__top_p": 1.5}, "rollout.top_p"),
+    ({"rollout__host_threads": 0}, "rollout.host_threads"),
     ({"rl__algorithm": "dapo", "task__overlong_max_len": 8, "task__overlong_cache_len": 2},
      "overlong shaping is on twice"),
 ])
