@@ -287,6 +287,13 @@ class Transformer(nn.Module):
 def init_params(config: ModelConfig, rng: jax.Array) -> dict:
   """Random parameters (normal(0.02) embeddings, lecun-normal dense kernels, zero value head).
 
+  Args:
+    config: the architecture. rng: a PRNG key (`jax.random.key(seed)`).
+  Returns:
+    The `params` collection: a nested dict of arrays in config.param_dtype, keyed like the HF
+    tensor names (`params["layers_0"]["self_attn"]["q_proj"]["kernel"]` is [hidden, H * D]);
+    `config.num_params()` leaves in total.
+
   Jitted because initialising op by op compiles every primitive separately (~3x slower on CPU)."""
   tokens = jnp.zeros((1, 2), jnp.int32)
   mask = causal_attention_mask(jnp.ones((1, 2), jnp.int32))
@@ -295,11 +302,20 @@ def init_params(config: ModelConfig, rng: jax.Array) -> dict:
 
 
 def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Array) -> ModelOutput:
-  """Full causal forward without cache over left-padded sequences.
+  """Full causal forward without cache over left-padded sequences (e.g. a Rollout's prompt and
+  response: `tokens`, `concatenate([prompt_mask, response_mask], 1)`).
 
   Args:
-    tokens: [B, T] int32. input_mask: [B, T] {0,1}, 1 for real tokens.
-  Returns ModelOutput with logits [B, T, V] float32 (position t predicts token t+1)."""
+    params: the `params` collection of `init_params` / `load_hf_checkpoint` for `config`.
+    config: ModelConfig of params.
+    tokens: [B, T] int32. input_mask: [B, T] {0,1}, 1 for real tokens; positions count real
+      tokens only, so left padding does not shift them.
+  Returns:
+    ModelOutput: logits [B, T, V] float32 (position t predicts token t+1; score a token with
+    `token_logp(logits[:, t - 1], tokens[:, t], temperature)`), values [B, T] float32 when
+    config.value_head else None, cache None.
+  Raises:
+    flax.errors.ScopeParamShapeError: params do not match config (names the parameter)."""
   return Transformer(config).apply({"params": params}, tokens, positions_from_mask(input_mask),
                                    causal_attention_mask(input_mask))
 

@@ -37,7 +37,10 @@ GUMBEL_TABLE_BYTES = 8 * 2**20
 
 
 class Rollout(NamedTuple):
-  """Sampled responses for B rows (prompt bucket Tp, response limit Tr).
+  """Sampled responses for B rows (prompt width Tp, response limit Tr).
+
+  From `Sampler`, Tp is the prompt bucket the prompts were padded to (not the width passed in),
+  so slice responses with `Tp = rollout.prompt_mask.shape[1]`: `tokens[:, Tp:]`.
 
   Attributes:
     tokens: [B, Tp + Tr] int32, the left-padded prompt then the response; response slots after
@@ -45,7 +48,11 @@ class Rollout(NamedTuple):
     prompt_mask: [B, Tp] int32, 1 for real prompt tokens.
     response_mask: [B, Tr] int32, 1 for generated tokens up to and including the first EOS.
     logp: [B, Tr] float32, log softmax(logits / temperature)[token] of each generated token under
-      the sampling policy before top-k / top-p (see `strategies`), 0 where response_mask is 0.
+      the sampling policy before top-k / top-p (see `strategies`; temperature 0 reads as 1), 0
+      where response_mask is 0. A full forward recomputes it (up to float rounding): with
+      `mask = concatenate([prompt_mask, response_mask], 1)` and
+      `logits = forward(params, config, tokens, mask).logits` (position t predicts token t + 1),
+      `logp == token_logp(logits[:, Tp - 1:-1], tokens[:, Tp:], temperature) * response_mask`.
     lengths: [B] int32, response length in tokens (sum of response_mask).
     num_steps: [B] int32, number of response positions the decode loop produced for the batch
       (device shard) the row was generated in; below Tr when every row of it finished early.
@@ -103,15 +110,23 @@ def _record(state: DecodeState, token, logp, *, eos_ids: tuple, pad_id: int) -> 
       done=state.done | _is_eos(token, eos_ids))
 
 
-def _check_generate_args(prompt_tokens, prompt_mask, model_config, max_new_tokens, sampling,
-                         eos_ids, pad_id):
+def _positive_int(value, name: str) -> int:
+  """`value` as a Python int >= 1 (numpy integers accepted: static arguments must hash alike).
+
+  Raises:
+    ValueError: naming `name`, when value is not an int (a bool is not) or is below 1.
+  """
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+  return int(value)
+
+
+def _check_generate_args(prompt_tokens, prompt_mask, model_config, sampling, eos_ids, pad_id):
   if prompt_tokens.ndim != 2 or prompt_tokens.shape[1] < 1:
     raise ValueError(f"prompt_tokens must be [B, Tp] with Tp >= 1, got shape {prompt_tokens.shape}")
   if prompt_mask.shape != prompt_tokens.shape:
     raise ValueError(f"prompt_mask shape {prompt_mask.shape} must equal prompt_tokens shape "
                      f"{prompt_tokens.shape}")
-  if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-    raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
   if not isinstance(sampling, SamplingConfig):
     raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
   check_special_ids(eos_ids, pad_id, model_config.vocab_size)
@@ -189,13 +204,13 @@ def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.
   Returns:
     Rollout (see its docstring) with B = P * G rows, prompts repeated in `tokens`/`prompt_mask`.
   Raises:
-    ValueError: on inconsistent shapes, a bad static argument (`check_special_ids`, G < 1), or,
+    ValueError: on inconsistent shapes, a bad static argument (`check_special_ids`;
+      max_new_tokens or samples_per_prompt not an int >= 1, numpy integers accepted), or,
       when the prompts are concrete arrays (not traced), a prompt batch `check_prompts` rejects.
   """
-  _check_generate_args(prompt_tokens, prompt_mask, model_config, max_new_tokens, sampling, eos_ids,
-                       pad_id)
-  if not isinstance(samples_per_prompt, int) or samples_per_prompt < 1:
-    raise ValueError(f"samples_per_prompt must be an int >= 1, got {samples_per_prompt!r}")
+  max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
+  samples_per_prompt = _positive_int(samples_per_prompt, "samples_per_prompt")
+  _check_generate_args(prompt_tokens, prompt_mask, model_config, sampling, eos_ids, pad_id)
   return _generate(params, prompt_tokens, prompt_mask, rng, model_config=model_config,
                    max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id,
                    samples_per_prompt=samples_per_prompt)
@@ -288,11 +303,25 @@ def pad_to_bucket(prompt_tokens: np.ndarray, prompt_mask: np.ndarray, buckets: S
   fitting = [b for b in sorted(buckets) if b >= prompt_len]
   if not fitting:
     raise ValueError(f"prompt length {prompt_len} exceeds the largest prompt bucket "
-                     f"{max(buckets)} (buckets {tuple(sorted(buckets))})")
+                     f"{max(buckets)} (prompt_buckets {tuple(sorted(buckets))}); add a larger "
+                     "bucket or shorten the prompts")
   extra = fitting[0] - prompt_len
   tokens = np.pad(np.asarray(prompt_tokens, np.int32), ((0, 0), (extra, 0)), constant_values=pad_id)
   mask = np.pad(np.asarray(prompt_mask, np.int32), ((0, 0), (extra, 0)))
   return tokens, mask
+
+
+def _id_tuple(eos_ids) -> tuple:
+  """A sequence (tuple, list, 1-D array) of token ids as a tuple of Python ints.
+
+  Raises:
+    ValueError: eos_ids is a single id or anything but a sequence of integers.
+  """
+  ids = np.asarray(eos_ids)  # a str or a single id is 0-D
+  if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+    raise ValueError("eos_ids must be a sequence of token ids (e.g. tokenizer.eos_ids; () disables "
+                     f"EOS), got {eos_ids!r}")
+  return tuple(int(i) for i in ids)
 
 
 class Sampler:
@@ -302,38 +331,40 @@ class Sampler:
     model_config: ModelConfig of the params passed to `__call__`.
     max_new_tokens: Tr, response length limit.
     sampling: default SamplingConfig (a call may override it; each distinct one compiles once).
-    eos_ids: tuple of EOS token ids (() disables EOS).
-    pad_id: id used to left-pad prompts and to fill responses after EOS.
+    eos_ids: sequence of EOS token ids, e.g. `tokenizer.eos_ids` (() disables EOS).
+    pad_id: id used to left-pad prompts and to fill responses after EOS, e.g. `tokenizer.pad_id`.
     prompt_buckets: allowed padded prompt lengths, e.g. (16, 32, 64, 128).
     devices: devices to pmap over; default `jax.local_devices()`.
     host_threads: split each batch into up to this many row chunks generated concurrently from
-      host threads (the largest count <= host_threads that divides the prompts per device). Worth the
-      number of CPU cores per device on a CPU backend (1.5-2x tokens/s at batch 16-256 on 2
-      cores); leave 1 on accelerators. The samples depend on the chunk count (see `__call__`).
+      host threads (the largest count <= host_threads that divides the prompts per device). On a
+      CPU backend the number of cores per device can help long responses (2 cores, 64-token
+      responses: 1.6x tokens/s at batch 16, 1.2x at 256, benchmarks/results/sampler.json) but
+      not short ones (the main job's 8-token responses: none); measure. Leave 1 on
+      accelerators. The samples depend on the chunk count (see `__call__`).
 
   Attributes:
     num_traces: how many times the generation function was traced (= compilations), for tests.
 
   Raises:
-    ValueError: on an empty bucket list, host_threads < 1, eos_ids or pad_id outside the model's
-      vocabulary (`check_special_ids`), or a bad argument (via `generate`'s checks at call time).
+    ValueError: naming the argument, on max_new_tokens or host_threads not an int >= 1, an empty
+      bucket list, eos_ids not a sequence of ints, eos_ids or pad_id outside the model's
+      vocabulary (`check_special_ids`), or sampling not a SamplingConfig.
   """
 
   def __init__(self, model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
                eos_ids: tuple, pad_id: int, prompt_buckets: Sequence[int] = (16, 32, 64, 128, 256),
                devices: Optional[Sequence[jax.Device]] = None, host_threads: int = 1):
-    if not isinstance(host_threads, int) or host_threads < 1:
-      raise ValueError(f"host_threads must be an int >= 1, got {host_threads!r}")
+    host_threads = _positive_int(host_threads, "host_threads")
     if not prompt_buckets or any(not isinstance(b, int) or b < 1 for b in prompt_buckets):
       raise ValueError("prompt_buckets must be a non-empty sequence of ints >= 1, "
                        f"got {prompt_buckets!r}")
     if not isinstance(sampling, SamplingConfig):
       raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
     self.model_config = model_config
-    self.max_new_tokens = max_new_tokens
+    self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
     self.sampling = sampling
-    self.eos_ids = tuple(int(e) for e in eos_ids)  # hashable Python ints for the static argument
-    self.pad_id = int(pad_id)
+    self.eos_ids = _id_tuple(eos_ids)  # hashable Python ints for the static argument
+    self.pad_id = int(pad_id) if isinstance(pad_id, (int, np.integer)) else pad_id
     check_special_ids(self.eos_ids, self.pad_id, model_config.vocab_size)
     self.prompt_buckets = tuple(sorted(prompt_buckets))
     self.devices = list(devices) if devices is not None else jax.local_devices()
@@ -391,12 +422,10 @@ class Sampler:
     sampling = self.sampling if sampling is None else sampling
     prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
     if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
-      raise ValueError(f"prompt_tokens and prompt_mask must both be [B, Tp], got shapes "
+      raise ValueError(f"prompt_tokens and prompt_mask must both be [P, Tp], got shapes "
                        f"{prompt_tokens.shape} and {prompt_mask.shape}")
     check_prompts(prompt_tokens, prompt_mask, self.model_config.vocab_size)
-    if not isinstance(samples_per_prompt, int) or samples_per_prompt < 1:
-      raise ValueError(f"samples_per_prompt must be an int >= 1, got {samples_per_prompt!r}")
-    group, n = samples_per_prompt, self.num_devices
+    group, n = _positive_int(samples_per_prompt, "samples_per_prompt"), self.num_devices
     if prompt_tokens.shape[0] * group % n:
       raise ValueError(f"batch size B={prompt_tokens.shape[0] * group} (prompts x "
                        f"samples_per_prompt) must be divisible by the number of devices ({n})")

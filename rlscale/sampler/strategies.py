@@ -19,6 +19,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlscale.model.transformer import token_logp
 
@@ -34,28 +35,51 @@ class SamplingConfig:
       top_p (Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration"); 1.0 = off.
       Ignored when greedy.
 
-  Hashable (frozen), so it can be a static argument of a jitted function.
+  Hashable (frozen), so it can be a static argument of a jitted function. Python or numpy numbers
+  are accepted and stored as Python float / int / float.
 
   Raises:
-    ValueError: naming the field, when a value is outside the range above.
+    ValueError: naming the field, when a value is not a number of the right kind (a bool is not)
+      or lies outside the range above.
   """
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
 
   def __post_init__(self):
-    if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+    # Stored as Python numbers (numpy scalars converted), so equal configs hash alike and a
+    # jitted sampler compiles once per distinct strategy.
+    temperature, top_p = _as_float(self.temperature), _as_float(self.top_p)
+    top_k = _as_int(self.top_k)
+    if temperature is None or not temperature >= 0:
       raise ValueError("sampling.temperature must be a float >= 0 (0 = greedy), "
                        f"got {self.temperature!r}")
-    if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+    if top_k is None or top_k < 0:
       raise ValueError(f"sampling.top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
-    if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+    if top_p is None or not 0 < top_p <= 1:
       raise ValueError(f"sampling.top_p must be a float in (0, 1] (1.0 = off), got {self.top_p!r}")
+    object.__setattr__(self, "temperature", temperature)
+    object.__setattr__(self, "top_k", top_k)
+    object.__setattr__(self, "top_p", top_p)
 
   @property
   def greedy(self) -> bool:
     return self.temperature == 0
 
+
+def _as_float(value):
+  """A Python or numpy real number as a Python float; None for anything else (bool included)."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                    np.floating)):
+    return None
+  return float(value)
+
+
+def _as_int(value):
+  """A Python or numpy integer as a Python int; None for anything else (bool, float included)."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    return None
+  return int(value)
 
 def top_k_filter(logits: jax.Array, k: int) -> jax.Array:
   """Sets every logit below the k-th largest of its row to -inf.

@@ -311,3 +311,26 @@ def test_sampler_host_threads_split_rows_into_chunks_with_their_own_keys():
   np.testing.assert_array_equal(odd.tokens, expected.tokens)
   with pytest.raises(ValueError, match="host_threads"):
     Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, host_threads=0)
+
+
+def test_sampler_checks_its_arguments_at_construction_naming_them():
+  # eos_ids=tokenizer.eos_id (an int, not the tuple eos_ids) raised "'int' object is not iterable".
+  with pytest.raises(ValueError, match=r"eos_ids must be a sequence of token ids .*got 2"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=2, pad_id=0)
+  # max_new_tokens=0 was only rejected at the first call.
+  with pytest.raises(ValueError, match="max_new_tokens must be an int >= 1, got 0"):
+    Sampler(CONFIG, 0, GREEDY, eos_ids=(), pad_id=0)
+  with pytest.raises(ValueError, match="host_threads must be an int >= 1, got True"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, host_threads=True)
+
+
+def test_sampler_takes_numpy_integer_counts():
+  # Counts computed with numpy (np.int64) were rejected as "must be an int".
+  tokens, mask = _prompts()
+  expected = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,))(
+      _params(), tokens, mask, jax.random.key(3), samples_per_prompt=2)
+  sampler = Sampler(CONFIG, np.int64(TR), SamplingConfig(), eos_ids=np.array([], np.int32),
+                    pad_id=np.int32(0), prompt_buckets=(8,))
+  out = sampler(_params(), tokens, mask, jax.random.key(3), samples_per_prompt=np.int64(2))
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  assert type(sampler.max_new_tokens) is int

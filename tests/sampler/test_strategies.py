@@ -113,3 +113,17 @@ def test_sampling_draws_what_jax_categorical_draws():
   for seed in range(3):
     token, _ = strategies.sample_token(logits, jax.random.key(seed), strategies.SamplingConfig())
     np.testing.assert_array_equal(token, jax.random.categorical(jax.random.key(seed), logits))
+
+
+def test_sampling_config_takes_numpy_scalars_as_python_numbers_and_rejects_bools():
+  # Values computed with numpy (np.float32 temperatures, np.int64 k) were rejected as "not a
+  # float"; they must give the same hashable config (one compilation) as the Python numbers.
+  from_numpy = strategies.SamplingConfig(np.float32(0.5), np.int64(3), np.float64(0.9))
+  assert from_numpy == strategies.SamplingConfig(0.5, 3, 0.9)
+  assert hash(from_numpy) == hash(strategies.SamplingConfig(0.5, 3, 0.9))
+  assert type(from_numpy.temperature) is float and type(from_numpy.top_k) is int
+  # True was accepted as temperature 1 (bool is an int subclass).
+  with pytest.raises(ValueError, match="sampling.temperature"):
+    strategies.SamplingConfig(temperature=True)
+  with pytest.raises(ValueError, match="sampling.top_p"):
+    strategies.SamplingConfig(top_p=True)
