@@ -26,7 +26,8 @@ Writes DIR/sampler.json with
     and values must be computed too and the roofline above does not count them;
   generation_mfu: {generator: {batch: tokens_per_s x workload_flops_per_new_token / matmul_flops}},
     the share of the matmul peak the whole generation sustains (prefill included), comparable
-    between generators since transformers prefills the same prompts;
+    between generators since transformers prefills the same prompts (rlscale_cache_grouped_g8
+    counts its one prefill per 8 rows);
   ratios: speedup_vs_transformers {batch: rlscale_cache / transformers}, roofline_fraction_256,
     scaling_256_over_1 (rlscale_cache at 256 / at 1); goals: the issue's targets and whether they
     hold; machine (CPU, versions, XLA_FLAGS, load average before and after: other processes on
@@ -221,10 +222,11 @@ def machine_info() -> dict:
   return info
 
 
-def workload_flops_per_new_token(config: ModelConfig) -> float:
+def workload_flops_per_new_token(config: ModelConfig, group: int = 1) -> float:
   """Model FLOPs of one W1 row (prefill of PROMPT_LEN tokens, NEW_TOKENS - 1 decode forwards; the
-  first new token comes from the prefill) divided by NEW_TOKENS."""
-  prefill = PROMPT_LEN * config.flops_per_token((PROMPT_LEN + 1) / 2)
+  first new token comes from the prefill) divided by NEW_TOKENS; with `group` rows sharing one
+  prompt's prefill, each row carries 1/group of it."""
+  prefill = PROMPT_LEN * config.flops_per_token((PROMPT_LEN + 1) / 2) / group
   decode = (NEW_TOKENS - 1) * config.flops_per_token(PROMPT_LEN + NEW_TOKENS / 2)
   return (prefill + decode) / NEW_TOKENS
 
@@ -300,7 +302,8 @@ def main(argv=None):
   roofline = peak / config.flops_per_token(context)
   ratios, goals = ratios_and_goals(tokens_per_s, roofline)
   workload_flops = workload_flops_per_new_token(config)
-  mfu = {name: {b: (rate * workload_flops / peak if rate else None) for b, rate in rates.items()}
+  mfu = {name: {b: (rate * workload_flops_per_new_token(config, GROUP if "grouped" in name else 1)
+                    / peak if rate else None) for b, rate in rates.items()}
          for name, rates in tokens_per_s.items()}
   report = {
       "tokens_per_s": tokens_per_s,
