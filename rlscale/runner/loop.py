@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from typing import Any, NamedTuple
@@ -20,6 +21,7 @@ import jax
 import numpy as np
 import tqdm
 
+from rlscale.model import save_hf_checkpoint
 from rlscale.rl import dapo
 from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.runner import builders
@@ -32,6 +34,7 @@ from rlscale.train import update as update_lib
 
 PHASES = ("generation", "reward", "training", "evaluation")
 CONFIG_FILE = "config.json"
+POLICY_DIR = "policy"  # the final policy as a HF checkpoint
 # Fields that may change when resuming a run; any other change means a different experiment.
 RESUMABLE_FIELDS = ("train.total_steps", "train.eval_every", "train.checkpoint_every",
                     "train.keep_checkpoints", "sft.cache_dir", "distributed")
@@ -114,7 +117,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
       time limit, and for resume tests); the next call continues. None runs to train.total_steps.
 
   Writes into workdir: config.json (resolved), metrics.jsonl, tensorboard/, checkpoints/,
-  curves_vs_samples.png, curves_vs_wall_time.png and summary.json.
+  curves_vs_samples.png, curves_vs_wall_time.png, summary.json and policy/ (the final policy as a
+  HF checkpoint, see `export_policy`).
   Raises: ValueError for an invalid config (naming the field and the allowed values),
   FileNotFoundError for a missing checkpoint or data path.
   """
@@ -194,7 +198,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   if stop.stop and step < total_steps:
     run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
     return {"interrupted": True, "steps": step}
-  return _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, wall_offset)
+  return _finish(workdir, run, update_lib.unreplicate(state.params), warm_eval, step, counters,
+                 phase_totals, start_time, wall_offset)
 
 
 class Generated(NamedTuple):
@@ -374,7 +379,23 @@ def _load_warm_eval(workdir):
     return json.load(f)
 
 
-def _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, wall_offset):
+def export_policy(workdir: str, model_config, params) -> str:
+  """Writes the policy as a HF checkpoint (config.json + model.safetensors, loadable by
+  `rlscale.model.load_hf_checkpoint` and by transformers) to `<workdir>/policy`; returns the path.
+
+  Atomic: written to policy.tmp first, then renamed over any previous export."""
+  final = os.path.join(workdir, POLICY_DIR)
+  partial = final + ".tmp"
+  shutil.rmtree(partial, ignore_errors=True)
+  save_hf_checkpoint(partial, model_config, params)
+  if os.path.exists(final):
+    shutil.rmtree(final)
+  os.replace(partial, final)
+  return final
+
+
+def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start_time, wall_offset):
+  policy = export_policy(workdir, run.model_config, params)
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
   plots = plot_curves(records, workdir, title=os.path.abspath(workdir))
   final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
@@ -396,6 +417,7 @@ def _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, w
       "plots": plots,
       "metrics": os.path.join(workdir, "metrics.jsonl"),
       "tensorboard": os.path.join(workdir, "tensorboard"),
+      "policy": policy,
   }
   with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=2)
@@ -404,5 +426,6 @@ def _finish(workdir, run, warm_eval, step, counters, phase_totals, start_time, w
           f"{summary['samples_consumed']} responses) in {summary['wall_seconds']:.0f} s "
           f"(+ {run.warm_start_seconds:.0f} s warm start)")
   run.log(f"results: {os.path.join(workdir, 'summary.json')}; curves: {plots['vs_samples']}, "
-          f"{plots['vs_wall_time']}; TensorBoard: tensorboard --logdir {summary['tensorboard']}")
+          f"{plots['vs_wall_time']}; TensorBoard: tensorboard --logdir {summary['tensorboard']}; "
+          f"final policy (HF format): {policy}")
   return summary

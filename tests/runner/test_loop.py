@@ -4,9 +4,12 @@ import json
 import os
 import shutil
 
+import flax.traverse_util
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
+from rlscale.model import load_hf_checkpoint
 from rlscale.runner.loop import group_stats, train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
 from tests.runner.runner_configs import comparable, tiny_config
@@ -58,6 +61,24 @@ def test_run_writes_outputs(full_run):
   assert {r["step"] for r in records if "eval/greedy_accuracy" in r} == {0, 2, 4}
   assert summary["warm_start_accuracy"] == records[0]["eval/greedy_accuracy"]
   assert summary["final_accuracy"] == records[-1]["eval/greedy_accuracy"]
+
+
+def test_final_policy_is_exported_as_a_hf_checkpoint_of_the_last_state(full_run):
+  workdir, summary = full_run
+  assert summary["policy"] == os.path.join(workdir, "policy")
+  assert not os.path.exists(summary["policy"] + ".tmp")
+  model_config, params = load_hf_checkpoint(summary["policy"])
+  # The last orbax checkpoint (step 4 = the end of the run) read back without a target.
+  manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"), item_names=("state", "meta"))
+  saved = manager.restore(manager.latest_step(),
+                          args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  assert manager.latest_step() == 4
+  flat_saved = flax.traverse_util.flatten_dict(saved["params"])
+  flat_policy = flax.traverse_util.flatten_dict(params)
+  assert set(flat_policy) == set(flat_saved)
+  for key, value in flat_policy.items():
+    np.testing.assert_array_equal(value, flat_saved[key])
+  assert model_config.vocab_size == flat_saved[("embed_tokens", "embedding")].shape[0]
 
 
 def test_same_seed_same_metrics(full_run, tmp_path, sft_cache):
