@@ -336,7 +336,7 @@ class Sampler:
     prompt_buckets: allowed padded prompt lengths, e.g. (16, 32, 64, 128).
     devices: devices to pmap over; default `jax.local_devices()`.
     host_threads: split each batch into up to this many row chunks generated concurrently from
-      host threads (the largest count <= host_threads that divides the prompts per device). On a
+      host threads (the largest count <= host_threads that divides the rows per device). On a
       CPU backend the number of cores per device can help long responses (2 cores, 64-token
       responses: 1.6x tokens/s at batch 16, 1.2x at 256, benchmarks/results/sampler.json) but
       not short ones (the main job's 8-token responses: none); measure. Leave 1 on
@@ -409,7 +409,9 @@ class Sampler:
       params_replicated: see `params`.
       samples_per_prompt: G >= 1. Each prompt is prefilled once per device and its cache shared by
         its G rows (see `generate`) when P is divisible by num_devices; otherwise the prompts are
-        repeated G times on the host first (the same rows, G times the prefill).
+        repeated G times on the host first (the same rows, G times the prefill), as they are when
+        the host_threads chunks would split a group. Either way the samples equal those of the
+        prompts repeated G times on the host.
     Returns:
       Rollout of numpy arrays, B = P * G rows (row p * G + g: sample g of prompt p), prompt width =
       the bucket Tp was padded to.
@@ -438,8 +440,14 @@ class Sampler:
         raise ValueError(f"params_replicated=True needs a leading axis of size {n} on every leaf, "
                          f"got shapes like {bad[0]}")
     tokens, mask = pad_to_bucket(prompt_tokens, prompt_mask, self.prompt_buckets, self.pad_id)
+    # Chunks split the rows as they would split the prompts repeated G times (same keys, same
+    # samples); a chunk boundary inside a group drops the shared prefill instead.
+    rows_per_device = tokens.shape[0] * group // n
+    chunks = max(c for c in range(1, self.host_threads + 1) if rows_per_device % c == 0)
+    if (tokens.shape[0] // n) % chunks:
+      tokens, mask = (np.repeat(x, group, axis=0) for x in (tokens, mask))
+      group = 1
     prompts = tokens.shape[0]
-    chunks = max(c for c in range(1, self.host_threads + 1) if (prompts // n) % c == 0)
     chunk_prompts = prompts // chunks
     shard = lambda x: x.reshape((n, chunk_prompts // n) + x.shape[1:])  # noqa: E731
 

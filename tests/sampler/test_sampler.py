@@ -334,3 +334,20 @@ def test_sampler_takes_numpy_integer_counts():
   out = sampler(_params(), tokens, mask, jax.random.key(3), samples_per_prompt=np.int64(2))
   np.testing.assert_array_equal(out.tokens, expected.tokens)
   assert type(sampler.max_new_tokens) is int
+
+
+@pytest.mark.parametrize("host_threads,num_prompts,group", [(2, 3, 2), (2, 1, 2), (3, 1, 3), (3, 2, 3)])
+def test_sampler_samples_per_prompt_equals_repeated_prompts_with_host_threads(
+    host_threads, num_prompts, group):
+  # P x G rows split into more chunks than P allows (P = 3, G = 2, 2 threads: 6 rows in 2 chunks
+  # of 3) gave other samples than the repeated prompts (1 chunk of 3 prompts, the plain key).
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(7,), pad_id=0, prompt_buckets=(8,),
+                    host_threads=host_threads)
+  tokens, mask = _prompts()
+  tokens, mask = tokens[:num_prompts], mask[:num_prompts]
+  rng = jax.random.key(5)
+  grouped = sampler(_params(), tokens, mask, rng, samples_per_prompt=group)
+  repeated = sampler(_params(), np.repeat(tokens, group, 0), np.repeat(mask, group, 0), rng)
+  np.testing.assert_array_equal(grouped.tokens, repeated.tokens)
+  np.testing.assert_allclose(grouped.logp, repeated.logp, atol=1e-6)
+  np.testing.assert_array_equal(grouped.response_mask, repeated.response_mask)
