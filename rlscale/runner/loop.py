@@ -151,7 +151,12 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
       checkpointer.close()
       run.log(f"run already complete ({step} steps); results: {summary_path}")
       with open(summary_path, encoding="utf-8") as f:
-        return json.load(f)
+        summary = json.load(f)
+      if not os.path.isdir(os.path.join(workdir, POLICY_DIR)):  # finished before the export existed
+        summary["policy"] = export_policy(workdir, run.model_config, host_state.params)
+        with open(summary_path, "w", encoding="utf-8") as f:
+          json.dump(summary, f, indent=2)
+      return summary
   logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
 
   base_key = jax.random.key(config.seed)

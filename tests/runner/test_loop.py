@@ -119,6 +119,26 @@ def test_resume_with_another_config_is_refused(full_run, tmp_path, sft_cache):
   assert again == json.load(open(os.path.join(full_run[0], "summary.json")))
 
 
+def test_finished_run_without_a_policy_exports_it_when_asked_again(full_run, tmp_path, sft_cache):
+  # A run finished before the export existed (no policy/, no "policy" in summary.json) returned
+  # its old summary and never wrote the policy.
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(full_run[0], workdir)
+  shutil.rmtree(os.path.join(workdir, "policy"))
+  summary_path = os.path.join(workdir, "summary.json")
+  old = json.load(open(summary_path))
+  del old["policy"]
+  json.dump(old, open(summary_path, "w"))
+  again = train_and_evaluate(tiny_config(sft__cache_dir=sft_cache), workdir)
+  assert again == {**old, "policy": os.path.join(workdir, "policy")}
+  assert json.load(open(summary_path)) == again
+  _, params = load_hf_checkpoint(again["policy"])
+  _, expected = load_hf_checkpoint(full_run[1]["policy"])
+  flat = flax.traverse_util.flatten_dict(expected)
+  for key, value in flax.traverse_util.flatten_dict(params).items():
+    np.testing.assert_array_equal(value, flat[key])
+
+
 @pytest.mark.parametrize("algorithm, extra", [
     # DAPO with prompts of varying length: every sampling round must share one prompt width.
     ("dapo", {"task__kwargs": {"min_terms": 2, "max_terms": 5, "min_digits": 1, "max_digits": 2},
