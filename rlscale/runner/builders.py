@@ -88,10 +88,10 @@ def rollout_sampling(config, rl) -> SamplingConfig:
   """The training SamplingConfig from config.rollout; raises ValueError naming the rollout.* field
   (or the double overlong shaping: task.overlong_max_len together with rl.overlong_buffer_frac)."""
   rollout = config.rollout
-  if not isinstance(rollout.max_new_tokens, int) or rollout.max_new_tokens < 1:
-    raise ValueError(f"rollout.max_new_tokens must be an int >= 1, got {rollout.max_new_tokens!r}")
-  if not isinstance(rollout.host_threads, int) or rollout.host_threads < 1:
-    raise ValueError(f"rollout.host_threads must be an int >= 1, got {rollout.host_threads!r}")
+  for name in ("max_new_tokens", "host_threads"):
+    value = rollout[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # True is an int
+      raise ValueError(f"rollout.{name} must be an int >= 1, got {value!r}")
   if config.task.get("overlong_max_len") and rl.overlong_buffer_frac > 0:
     raise ValueError("overlong shaping is on twice: task.overlong_max_len and "
                      "rl.overlong_buffer_frac; set task.overlong_max_len=None or "

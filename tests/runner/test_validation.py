@@ -28,6 +28,9 @@ def _build(tmp_path, **overrides):
     ({"rollout__max_new_tokens": 0}, "rollout.max_new_tokens"),
     ({"rollout__top_p": 1.5}, "rollout.top_p"),
     ({"rollout__host_threads": 0}, "rollout.host_threads"),
+    # True passed the int check (bool is an int) and was named only by the Sampler.
+    ({"rollout__host_threads": True}, "rollout.host_threads"),
+    ({"rollout__max_new_tokens": True}, "rollout.max_new_tokens"),
     ({"rl__algorithm": "dapo", "task__overlong_max_len": 8, "task__overlong_cache_len": 2},
      "overlong shaping is on twice"),
 ])
