@@ -402,7 +402,8 @@ def export_policy(workdir: str, model_config, params) -> str:
 def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start_time, wall_offset):
   policy = export_policy(workdir, run.model_config, params)
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-  plots = plot_curves(records, workdir, title=os.path.abspath(workdir))
+  plots = plot_curves(records, workdir, title=os.path.abspath(workdir),
+                      group_size=run.rl_config.group_size)
   final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
   rl_seconds = sum(phase_totals[p] for p in ("generation", "reward", "training"))
   summary = {
