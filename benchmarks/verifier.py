@@ -97,7 +97,7 @@ def main():
     result["categories"][kind] = {
         "n": n, "batch_seconds": round(seconds, 4), "answers_per_s": round(n / seconds),
         "mean_reward": sum(rewards_list) / n,
-        "path": "fast path" if kind == "fraction" else "sympy worker (1 s hard limit)"}
+        "path": "fast path" if kind == "fraction" else f"sympy worker ({verifier.VerifierConfig().timeout_s:g} s hard limit)"}
 
   hostile = [r"\boxed{9^{9^{9^{9}}}}", "9**9**9**9", "{" * 100_000, "\x00" * 10,
              rf"\boxed{{{'(' * 5000}}}", r"\boxed{(a+b+c+d+e+f+g+h)^{40}}",
@@ -115,7 +115,8 @@ def main():
   # The hard limit itself: a request that would run for 30 s, and a native reasoning-gym scorer
   # (countdown calls parse_expr) on a power tower that passes the vet.
   start = time.perf_counter()
-  response, reason = worker.client().call({"op": "sleep", "seconds": 30}, timeout_s=1.0)
+  timeout_s = verifier.VerifierConfig().timeout_s
+  response, reason = worker.client().call({"op": "sleep", "seconds": 30}, timeout_s=timeout_s)
   sleep_seconds = time.perf_counter() - start
   assert response is None, reason
   countdown = reasoning_gym_source.ReasoningGymSource(
@@ -126,7 +127,7 @@ def main():
   start = time.perf_counter()
   score = countdown.score("9**9**9**9", example)
   result["hard_limit"] = {
-      "timeout_s": 1.0, "sleep_30s_request_seconds": round(sleep_seconds, 3),
+      "timeout_s": timeout_s, "sleep_30s_request_seconds": round(sleep_seconds, 3),
       "native_countdown_tower_seconds": round(time.perf_counter() - start, 3),
       "native_countdown_tower_reason": score.reason}
 

@@ -29,8 +29,9 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--rel-tol", type=float, default=1e-6,
                       help="relative tolerance when either side is a decimal")
   parser.add_argument("--percent", action="store_true", help="allow x%% to mean x/100")
-  parser.add_argument("--timeout", type=float, default=1.0,
-                      help="hard time limit in seconds for the sympy check")
+  parser.add_argument("--timeout", type=float, default=None,
+                      help="hard time limit in seconds for the sympy check (default: the "
+                           "VerifierConfig default, 0.9)")
   return parser
 
 
@@ -45,8 +46,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
   try:
     from rlscale.tasks import verifier  # pylint: disable=g-import-not-at-top (fast --help)
+    limit = {} if args.timeout is None else {"timeout_s": args.timeout}
     config = verifier.VerifierConfig(extract_order=args.extract_order, rel_tol=args.rel_tol,
-                                     percent=args.percent, timeout_s=args.timeout)
+                                     percent=args.percent, **limit)
     score = verifier.verify(args.text, args.reference, config)
     result = {"reward": score.reward, "extracted": score.extracted, "reason": score.reason}
   except Exception as e:  # pylint: disable=broad-except (e.g. an invalid option value)

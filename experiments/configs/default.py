@@ -80,8 +80,9 @@ def get_config(arg=None):
   config.task.rel_tol = 1e-6
   # Whether "x%" may also mean x/100 (a trailing % may always be dropped: "50%" = "50").
   config.task.percent = False
-  # Hard time limit in seconds of one sympy check (verifier worker process).
-  config.task.timeout_s = 1.0
+  # Hard time limit in seconds of one sympy check (verifier worker process); 0.9 keeps a runaway,
+  # kill included, under 1 s.
+  config.task.timeout_s = 0.9
   # Weight of the format reward (1 when the first extractor finds the answer); 0 = off.
   config.task.format_weight = 0.0
   # Host-side DAPO overlong shaping: L_max and L_cache in tokens; None = off. Use this or

@@ -31,7 +31,7 @@ def test_default_config_builds_the_main_job_task():
   assert len(task.format_prompt(example)) <= config.rollout.max_prompt_tokens
   assert task.score(task.format_target(example), example).reward == 1.0
   assert len(task.eval_examples(config.task.eval_size)) == config.task.eval_size
-  assert task.verifier_config.timeout_s == 1.0 and task.reward_config.format_weight == 0.0
+  assert task.verifier_config.timeout_s == 0.9 and task.reward_config.format_weight == 0.0
 
 
 def test_fields_reach_the_verifier_and_rewards():
