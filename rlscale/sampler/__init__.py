@@ -2,6 +2,5 @@
 strategies (greedy, temperature, top-k, top-p)."""
 from rlscale.sampler.sampler import (DecodeState, Rollout, Sampler, check_prompts, check_special_ids,
                                      generate, pad_to_bucket)
-from rlscale.sampler.strategies import (SamplingConfig, filter_logits, first_argmax, policy_logp,
-                                        sample_token,
+from rlscale.sampler.strategies import (SamplingConfig, filter_logits, first_argmax, sample_token,
                                         top_k_filter, top_p_filter)

@@ -428,25 +428,23 @@ class Sampler:
                        f"{prompt_tokens.shape} and {prompt_mask.shape}")
     check_prompts(prompt_tokens, prompt_mask, self.model_config.vocab_size)
     group, n = _positive_int(samples_per_prompt, "samples_per_prompt"), self.num_devices
-    if prompt_tokens.shape[0] * group % n:
-      raise ValueError(f"batch size B={prompt_tokens.shape[0] * group} (prompts x "
-                       f"samples_per_prompt) must be divisible by the number of devices ({n})")
-    if prompt_tokens.shape[0] % n:  # a device must hold whole groups to share their prefill
-      prompt_tokens, prompt_mask = (np.repeat(x, group, axis=0) for x in (prompt_tokens, prompt_mask))
-      group = 1
+    num_prompts = prompt_tokens.shape[0]
+    if num_prompts * group % n:
+      raise ValueError(f"batch size B={num_prompts * group} (prompts x samples_per_prompt) must be "
+                       f"divisible by the number of devices ({n})")
     if params_replicated:
       bad = [x.shape for x in jax.tree.leaves(params) if x.ndim < 1 or x.shape[0] != n]
       if bad:
         raise ValueError(f"params_replicated=True needs a leading axis of size {n} on every leaf, "
                          f"got shapes like {bad[0]}")
-    tokens, mask = pad_to_bucket(prompt_tokens, prompt_mask, self.prompt_buckets, self.pad_id)
     # Chunks split the rows as they would split the prompts repeated G times (same keys, same
-    # samples); a chunk boundary inside a group drops the shared prefill instead.
-    rows_per_device = tokens.shape[0] * group // n
-    chunks = max(c for c in range(1, self.host_threads + 1) if rows_per_device % c == 0)
-    if (tokens.shape[0] // n) % chunks:
-      tokens, mask = (np.repeat(x, group, axis=0) for x in (tokens, mask))
+    # samples). Every (device, chunk) part must hold whole groups to share their prefill;
+    # otherwise the prompts are repeated here.
+    chunks = max(c for c in range(1, self.host_threads + 1) if (num_prompts * group // n) % c == 0)
+    if num_prompts % (n * chunks):
+      prompt_tokens, prompt_mask = (np.repeat(x, group, axis=0) for x in (prompt_tokens, prompt_mask))
       group = 1
+    tokens, mask = pad_to_bucket(prompt_tokens, prompt_mask, self.prompt_buckets, self.pad_id)
     prompts = tokens.shape[0]
     chunk_prompts = prompts // chunks
     shard = lambda x: x.reshape((n, chunk_prompts // n) + x.shape[1:])  # noqa: E731

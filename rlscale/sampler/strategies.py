@@ -140,19 +140,6 @@ def filter_logits(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
   return top_p_filter(top_k_filter(logits, sampling.top_k), sampling.top_p)
 
 
-def policy_logp(logits: jax.Array, tokens: jax.Array, temperature: float) -> jax.Array:
-  """log softmax(logits / temperature)[tokens], the unfiltered policy (temperature 0 reads as 1).
-
-  The trainer's `rlscale.model.token_logp` itself, so old_logp and logp are computed alike.
-
-  Args:
-    logits: [B, V] float32. tokens: [B] int32. temperature: >= 0 (Python float).
-  Returns:
-    [B] float32, <= 0 (see token_logp).
-  """
-  return token_logp(logits, tokens, temperature)
-
-
 def first_argmax(x: jax.Array) -> jax.Array:
   """Index of the first maximum along the last axis: [..., V] -> [...] int32 (like jnp.argmax).
 
@@ -206,4 +193,4 @@ def sample_token_from_noise(logits: jax.Array, gumbel, sampling: SamplingConfig)
       raise ValueError(f"gumbel must have the logits shape {logits.shape} when sampling, got "
                        f"{None if gumbel is None else gumbel.shape}")
     token = first_argmax(filter_logits(logits, sampling) + gumbel)
-  return token, policy_logp(logits, token, sampling.temperature)
+  return token, token_logp(logits, token, sampling.temperature)
