@@ -89,7 +89,8 @@ def get_config(arg=None):
   # rl.overlong_buffer_frac (the jitted twin), not both.
   config.task.overlong_max_len = ml_collections.config_dict.placeholder(int)
   config.task.overlong_cache_len = ml_collections.config_dict.placeholder(int)
-  # TFDS data_dir for source="local_math" (None = <directory of data_path>/tfds).
+  # Cache folder for source="local_math"'s prepared TFDS data, keyed by the file's content hash
+  # (None = $XDG_CACHE_HOME/rlscale/tfds, i.e. ~/.cache/rlscale/tfds; shared by runs and sweeps).
   config.task.data_dir = ml_collections.config_dict.placeholder(str)
 
   # --- Rollouts.

@@ -5,8 +5,10 @@ Input rows, one JSON object per line:
   * MATH style:  {"problem": ..., "solution": "... \\\\boxed{\\\\frac{1}{2}} ..."} (an explicit
     "answer" field, when present, takes precedence over the boxed one).
 `LocalMathBuilder` (a `tfds.core.GeneratorBasedBuilder`, `file_format="array_record"`) writes
-them once under `data_dir/rlscale_local_math/<content hash>/`; later runs reuse the prepared
-files and read them by random access with `builder.as_data_source` (no TensorFlow needed).
+them once under `data_dir/rlscale_local_math/sha<content hash>/` (`data_dir`: `task.data_dir`,
+default the user's cache folder, `$XDG_CACHE_HOME/rlscale/tfds`); later runs and sweeps reuse
+the prepared files and read them by random access with `builder.as_data_source` (no TensorFlow
+needed).
 Nothing is downloaded. Held-out rows are chosen by question hash (`rlscale.tasks.holdout`) and
 stored with a `held_out` flag; training position i is row `perm_e[i % n]` of the training rows,
 where `perm_e` is a seeded permutation for epoch e = i // n.
@@ -14,10 +16,14 @@ where `perm_e` is a seeded permutation for epoch e = i // n.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import math
 import os
-from typing import Any, Optional
+import tempfile
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -32,27 +38,55 @@ _FORMATS_HINT = ("GSM8K-style rows {\"question\": ..., \"answer\": \"...\\n#### 
                  "MATH-style rows {\"problem\": ..., \"solution\": \"...\\\\boxed{...}\"}")
 
 
+def _number_text(value: Any, field: str, where: str) -> Optional[str]:
+  """A JSON number in an answer field as reference text ("72", "0.5"); None for a string.
+
+  Raises:
+    ValueError: a value that is neither a string nor a finite int/float (bools, lists, null,
+      NaN), naming the row and the field.
+  """
+  if isinstance(value, str):
+    return None
+  if isinstance(value, int) and not isinstance(value, bool):
+    return str(value)
+  if isinstance(value, float) and math.isfinite(value):
+    return repr(value)  # shortest text that reads back as the same float: 0.1 -> "0.1"
+  raise ValueError(f"{where}: field {field!r} must be a string or a number, got "
+                   f"{json.dumps(value)[:40]} ({type(value).__name__})")
+
+
 def parse_row(row: Any, where: str) -> dict[str, str]:
   """One JSONL row -> {"question", "answer" (final answer), "solution" (full text)}.
 
+  An explicit `answer` field wins: a number (int or float) is the reference as written; a string
+  is the reference in MATH-style rows and the GSM8K solution (final answer after `####`) in
+  GSM8K-style rows. Without an `answer`, a MATH-style row's last `\\boxed{}` is the reference.
+
   Raises:
-    ValueError: the row is neither GSM8K- nor MATH-style, or has no final answer.
+    ValueError: the row is neither GSM8K- nor MATH-style, an answer field holds something other
+      than a string or a number, or there is no final answer (the message names the row).
   """
-  if isinstance(row, dict) and isinstance(row.get("question"), str) and isinstance(
-      row.get("answer"), str):
+  if isinstance(row, dict) and isinstance(row.get("question"), str) and "answer" in row:
+    number = _number_text(row["answer"], "answer", where)
+    if number is not None:
+      return {"question": row["question"], "answer": number, "solution": number}
     final = extract.gsm8k(row["answer"])
     if final is None:
       raise ValueError(f"{where}: GSM8K-style 'answer' has no '#### N' line")
     return {"question": row["question"], "answer": final.strip(), "solution": row["answer"]}
   if isinstance(row, dict) and isinstance(row.get("problem"), str) and isinstance(
       row.get("solution"), str):
-    final = row.get("answer")
-    if not isinstance(final, str):
+    final = row.get("answer")  # null counts as absent (a column exported with gaps)
+    if final is not None:
+      final = _number_text(final, "answer", where) or final
+      if not final.strip():
+        raise ValueError(f"{where}: field 'answer' is empty")
+    else:
       try:
         final = extract.last_boxed(row["solution"])
       except extract.ExtractionError as e:
         raise ValueError(f"{where}: {e}") from None
-    if not final:
+    if not final or not final.strip():  # the boxed answer
       raise ValueError(f"{where}: MATH-style 'solution' has no \\boxed{{...}} answer")
     return {"question": row["problem"], "answer": final.strip(), "solution": row["solution"]}
   keys = sorted(row) if isinstance(row, dict) else type(row).__name__
@@ -66,7 +100,8 @@ def read_jsonl(path: str) -> list[dict[str, str]]:
     ValueError: invalid JSON or an unrecognised row (the message gives path:line).
   """
   rows = []
-  with open(path, encoding="utf-8") as f:
+  # utf-8-sig: a byte-order mark (Windows editors write one) is skipped; CRLF ends lines too.
+  with open(path, encoding="utf-8-sig") as f:
     for number, line in enumerate(f, 1):
       if not line.strip():
         continue
@@ -90,8 +125,10 @@ class LocalMathBuilder(tfds.core.GeneratorBasedBuilder):
   """
 
   name = "rlscale_local_math"
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "GSM8K/MATH JSONL with a held_out flag."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {
+      "1.0.0": "GSM8K/MATH JSONL with a held_out flag.",
+      "1.1.0": "Numbers in answer fields are references; an explicit MATH answer wins; BOM."}
 
   def __init__(self, *, jsonl_path: str, holdout_fraction: float, **kwargs):
     self._jsonl_path = jsonl_path
@@ -110,6 +147,14 @@ class LocalMathBuilder(tfds.core.GeneratorBasedBuilder):
             "question": tfds.features.Text(), "answer": tfds.features.Text(),
             "solution": tfds.features.Text(), "index": np.int64, "held_out": np.bool_}))
 
+  def _log_download_bytes(self) -> None:
+    # TFDS would print "Downloading and preparing dataset ..."; nothing is downloaded here and
+    # `prepare` says what happens in its own words.
+    pass
+
+  def _log_download_done(self) -> None:
+    pass
+
   def _split_generators(self, dl_manager):
     del dl_manager  # nothing is downloaded
     return {SPLIT: self._generate_examples()}
@@ -118,6 +163,107 @@ class LocalMathBuilder(tfds.core.GeneratorBasedBuilder):
     for index, row in enumerate(read_jsonl(self._jsonl_path)):
       yield index, dict(row, index=index,
                         held_out=holdout.is_held_out(row["question"], self._holdout_fraction))
+
+
+def default_data_dir() -> str:
+  """The cache folder for prepared data: `$XDG_CACHE_HOME/rlscale/tfds` (`~/.cache/...`).
+
+  A relative XDG_CACHE_HOME is ignored, as the XDG base-directory spec asks.
+  """
+  root = os.environ.get("XDG_CACHE_HOME", "")
+  if not os.path.isabs(root):
+    root = os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(root, "rlscale", "tfds")
+
+
+def _make_dirs(path: str) -> list[str]:
+  """`os.makedirs(path, exist_ok=True)`; returns the folders it created, outermost first."""
+  missing = []
+  while path and not os.path.isdir(path):
+    missing.append(path)
+    path = os.path.dirname(path)
+  for folder in reversed(missing):
+    os.makedirs(folder, exist_ok=True)
+  return missing[::-1]
+
+
+def _remove_empty(created: list[str]) -> None:
+  """Removes the folders `_make_dirs` created, innermost first, where they are still empty."""
+  for folder in reversed(created):
+    try:
+      os.rmdir(folder)
+    except OSError:
+      return  # not empty (another run uses it) or already gone
+
+
+class _TfdsChatter(logging.Filter):
+  """Drops TFDS's warnings about our by-design choices ("Using custom data configuration",
+  "Variant folder ... has no dataset_info.json" before the first build)."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR or "tensorflow_datasets" not in record.pathname
+
+
+@contextlib.contextmanager
+def _quiet_tfds():
+  absl_logger = logging.getLogger("absl")
+  chatter = _TfdsChatter()
+  absl_logger.addFilter(chatter)
+  try:
+    yield
+  finally:
+    absl_logger.removeFilter(chatter)
+
+
+def prepare(jsonl_path: str, holdout_fraction: float, data_dir: str,
+            log: Callable[[str], None] = print) -> LocalMathBuilder:
+  """The prepared dataset of `jsonl_path` under `data_dir`, built now unless already there.
+
+  Prepared data lives at `data_dir/rlscale_local_math/sha<content hash>/<version>/`, so every run
+  and sweep that reads the same file content reuses it. A build runs in a temporary folder
+  inside `data_dir` and is renamed into place only when complete: a failed build (a bad row)
+  leaves nothing behind, not even the folders it made, and two runs building at once both end
+  with one complete copy.
+
+  Args:
+    jsonl_path: absolute path of the JSONL file.
+    holdout_fraction: share of question space flagged `held_out` (part of the key).
+    data_dir: the cache root (`task.data_dir`, default `default_data_dir()`).
+    log: where the one-line "preparing" message goes.
+
+  Raises:
+    ValueError: a row the format does not allow (from `read_jsonl`).
+    OSError: data_dir cannot be created or written.
+  """
+  with _quiet_tfds():
+    return _prepare(jsonl_path, holdout_fraction, data_dir, log)
+
+
+def _prepare(jsonl_path: str, holdout_fraction: float, data_dir: str,
+             log: Callable[[str], None]) -> LocalMathBuilder:
+  kwargs = dict(jsonl_path=jsonl_path, holdout_fraction=holdout_fraction,
+                file_format="array_record")
+  builder = LocalMathBuilder(data_dir=data_dir, **kwargs)
+  if builder.is_prepared():
+    return builder
+  log(f"Preparing {jsonl_path} once for reading (nothing is downloaded) into {builder.data_dir}")
+  created = _make_dirs(data_dir)
+  target = builder.data_dir
+  try:
+    with tempfile.TemporaryDirectory(prefix=".building-", dir=data_dir) as staging:
+      staged = LocalMathBuilder(data_dir=staging, **kwargs)
+      staged.download_and_prepare()
+      created += _make_dirs(os.path.dirname(target))
+      try:
+        os.rename(staged.data_dir, target)
+      except OSError:
+        if not os.path.isdir(target):
+          raise
+        # Another run finished the same build first; its copy is equal to ours.
+  except BaseException:
+    _remove_empty(created)
+    raise
+  return LocalMathBuilder(data_dir=data_dir, **kwargs)
 
 
 def _text(value: Any) -> str:
@@ -130,7 +276,8 @@ class LocalMathSource(base.TaskSource):
   Args:
     data_path: the JSONL file (GSM8K or MATH style).
     seed: run seed (order of the training stream).
-    data_dir: where TFDS writes the prepared dataset (default: `<dir of data_path>/tfds`).
+    data_dir: cache root for the prepared dataset (default: `default_data_dir()`, i.e.
+      `$XDG_CACHE_HOME/rlscale/tfds` or `~/.cache/rlscale/tfds`); see `prepare`.
     holdout_fraction: share of question space held out for evaluation, in (0, 0.5].
     prompt_template, target_template, verifier_config: see `base.TaskSource`.
 
@@ -155,13 +302,10 @@ class LocalMathSource(base.TaskSource):
           f"{_FORMATS_HINT}, one per line (e.g. GSM8K's train.jsonl); nothing is downloaded.")
     self.seed = int(seed)
     self.holdout_fraction = holdout.check_fraction(holdout_fraction)
-    data_dir = data_dir or os.path.join(os.path.dirname(data_path), "tfds")
+    data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
     tfds.disable_progress_bar()
-    builder = LocalMathBuilder(jsonl_path=data_path, holdout_fraction=self.holdout_fraction,
-                               data_dir=data_dir, file_format="array_record")
-    builder.download_and_prepare()
-    self.builder = builder
-    self._source = builder.as_data_source(SPLIT)
+    self.builder = prepare(data_path, self.holdout_fraction, data_dir)
+    self._source = self.builder.as_data_source(SPLIT)
     self._train, self._eval = self._partition()
     if not self._train:
       raise ValueError(f"{data_path}: every row is held out; lower task.holdout_fraction")
