@@ -1,0 +1,81 @@
+"""`python -m rlscale.main`: config and input errors print one line `error: ...` on stderr and exit
+with status 2, naming the field and, for unknown fields, the closest ones and other libraries'
+names; --verbose / RLSCALE_VERBOSE=1 add the traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+DEFAULT = "experiments/configs/default.py"
+
+
+def _run(*args, env=None):
+  base = {k: v for k, v in os.environ.items() if k != "RLSCALE_VERBOSE"}
+  env = dict(base, JAX_PLATFORMS="cpu", **(env or {}))
+  return subprocess.run([sys.executable, "-m", "rlscale.main", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+def _error_lines(stderr):
+  # JAX/absl may log warnings (lines starting with W/I + date); the error is the rest.
+  return [line for line in stderr.splitlines()
+          if line.strip() and not line.startswith(("W1", "I1", "WARNING"))]
+
+
+@pytest.mark.parametrize("args, expected", [
+    # misspelled field: the closest existing one
+    ([f"--config={DEFAULT}", "--config.rl.prompts_per_stp=8"],
+     ["unknown config field 'rl.prompts_per_stp'", "closest fields: rl.prompts_per_step"]),
+    # the sampler's / TRL's / verl's names for the group size
+    ([f"--config={DEFAULT}", "--config.rl.samples_per_prompt=1"],
+     ["'rl.samples_per_prompt'", "samples_per_prompt is rl.group_size"]),
+    ([f"--config={DEFAULT}", "--config.num_generations=4"],
+     ["TRL's num_generations is rl.group_size"]),
+    ([f"--config={DEFAULT}", "--config.rollout.n=4"], ["verl's rollout.n is rl.group_size"]),
+    ([f"--config={DEFAULT}", "--config.rl.beta=0.1"], ["TRL's beta is rl.kl_coef"]),
+    ([f"--config={DEFAULT}", "--config.learning_rate=0.1"],
+     ["closest fields: optim.learning_rate, sft.learning_rate"]),
+    ([f"--config={DEFAULT}", "--config.rl.group_size=abc"],
+     ["--config.rl.group_size=abc", "invalid literal for int()"]),
+    ([f"--config={DEFAULT}:fast"], ["config argument 'fast' is not one of [None, 'smoke']"]),
+    (["--config=experiments/configs/nope.py"], ["config file 'experiments/configs/nope.py' not found"]),
+    ([f"--config={DEFAULT}", "--workdirr=x"], ["Unknown command line flag 'workdirr'", "workdir"]),
+    ([f"--config={DEFAULT}", "stray"], ["unexpected arguments ['stray']"]),
+])
+def test_flag_errors_are_one_line(tmp_path, args, expected):
+  result = _run(*args, f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 2, result.stderr
+  lines = _error_lines(result.stderr)
+  assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+  for text in expected:
+    assert text in lines[0]
+  assert "Traceback" not in result.stderr
+
+
+def test_missing_workdir_is_one_line():
+  result = _run(f"--config={DEFAULT}")
+  assert result.returncode == 2
+  assert _error_lines(result.stderr) == [
+      "error: flag --workdir=None: Flag --workdir must have a value other than None."]
+
+
+def test_validation_and_missing_files_are_one_line(tmp_path):
+  """Errors raised inside train_and_evaluate (ValueError, FileNotFoundError-like) as one line."""
+  result = _run(f"--config={DEFAULT}", f"--workdir={tmp_path / 'a'}", "--config.rl.algorithm=foo")
+  assert result.returncode == 2, result.stderr
+  assert _error_lines(result.stderr) == [
+      "error: rl.algorithm='foo' is not one of "
+      "['dapo', 'dr_grpo', 'grpo', 'ppo', 'reinforce_pp', 'rloo']"]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_verbose_shows_the_traceback(tmp_path, how):
+  args = [f"--config={DEFAULT}", f"--workdir={tmp_path}", "--config.rl.prompts_per_stp=8"]
+  result = (_run(*args, "--verbose") if how == "flag"
+            else _run(*args, env={"RLSCALE_VERBOSE": "1"}))
+  assert result.returncode == 2
+  assert "Traceback (most recent call last)" in result.stderr
+  assert result.stderr.rstrip().splitlines()[-1].startswith("error: unknown config field")
