@@ -195,8 +195,19 @@ def get_config(arg=None):
 
   # --- Loop, evaluation, checkpoints.
   config.train = ml_collections.ConfigDict()
+  # RL steps. With train.total_samples set, set this to None (in a config or sweep file) or to the
+  # step count the budget implies; any other value is refused.
   config.train.total_steps = 500
+  # Budget in responses (None = unset: train.total_steps decides). When set, the run takes
+  # ceil(total_samples / B) steps with B = rl.prompts_per_step * rl.group_size, so runs of
+  # different batch sizes are compared at equal responses consumed (the batch-size study).
+  config.train.total_samples = placeholder(int)
   config.train.eval_every = 50
+  # Evaluate whenever the responses consumed cross a multiple of this (None = unset: use
+  # train.eval_every, which this replaces when set). With B dividing it, every batch size
+  # evaluates at the same sample counts; otherwise at the first step past each multiple (the
+  # record's `samples` is exact). The warm start (0 samples) and the last step always evaluate.
+  config.train.eval_every_samples = placeholder(int)
   config.train.checkpoint_every = 50
   config.train.keep_checkpoints = 2
   config.eval = ml_collections.ConfigDict()

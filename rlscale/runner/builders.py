@@ -48,6 +48,7 @@ class Run:
   prompt_buckets: Sequence[int]
   num_devices: int
   warm_start_seconds: float
+  total_steps: int  # RL steps of the run (train.total_steps, or from train.total_samples)
   log: Callable[[str], None] = print
 
 
@@ -102,12 +103,43 @@ def rollout_sampling(config, rl) -> SamplingConfig:
     raise ValueError(f"rollout: {e}".replace("sampling.", "rollout.")) from None
 
 
+def _check_positive_int(config, field: str, optional: bool = False) -> None:
+  value = config.train.get(field)
+  if optional and value is None:
+    return
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    allowed = "an int >= 1 or None" if optional else "an int >= 1"
+    raise ValueError(f"train.{field} must be {allowed}, got {value!r}")
+
+
+def resolve_total_steps(train, batch_size: int) -> int:
+  """RL steps of a run: `train.total_steps`, or ceil(train.total_samples / B) with a sample budget.
+
+  B = P * G responses per step. With a budget the run consumes ceil(N / B) * B responses (up to
+  B - 1 over it when B does not divide N; DAPO's extra sampling rounds consume more, but the step
+  count, which the LR schedule needs, still follows from B).
+
+  Raises ValueError when neither field is set, or both are set and disagree (naming both)."""
+  total_samples, total_steps = train.get("total_samples"), train.get("total_steps")
+  if total_samples is None:
+    if total_steps is None:
+      raise ValueError("set train.total_steps (RL steps) or train.total_samples (a budget in "
+                       "responses); both are None")
+    return total_steps
+  steps = -(-total_samples // batch_size)
+  if total_steps is not None and total_steps != steps:
+    raise ValueError(f"train.total_samples={total_samples} at B={batch_size} responses per step "
+                     f"means {steps} steps, but train.total_steps={total_steps}; set "
+                     f"train.total_steps=None (or {steps}), or unset train.total_samples")
+  return steps
+
+
 def check_train_config(config) -> None:
   """Raises ValueError naming the bad train.* / eval.* / sft.* field."""
-  for field in ("total_steps", "eval_every", "checkpoint_every", "keep_checkpoints"):
-    value = config.train[field]
-    if not isinstance(value, int) or value < 1:
-      raise ValueError(f"train.{field} must be an int >= 1, got {value!r}")
+  for field in ("eval_every", "checkpoint_every", "keep_checkpoints"):
+    _check_positive_int(config, field)
+  for field in ("total_steps", "total_samples", "eval_every_samples"):
+    _check_positive_int(config, field, optional=True)
   if not isinstance(config.eval.pass_k, int) or config.eval.pass_k < 1:
     raise ValueError(f"eval.pass_k must be an int >= 1, got {config.eval.pass_k!r}")
   if config.sft.steps < 0 or (config.sft.steps and config.sft.batch_size < 1):
@@ -170,8 +202,10 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   validate_rl_config(rl, num_devices=num_devices)
   check_model_source(config)
   check_train_config(config)
+  batch_size = rl.prompts_per_step * rl.group_size
+  total_steps = resolve_total_steps(config.train, batch_size)
   # Everything that can be checked without the model is checked before the (slow) warm start.
-  optimizer_args = update_lib.optimizer_args(rl, config.train.total_steps)
+  optimizer_args = update_lib.optimizer_args(rl, total_steps)
   optimizer = make_optimizer(config.optim, **optimizer_args)
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   sampling = rollout_sampling(config, rl)
@@ -185,7 +219,6 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
                     eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets,
                     host_threads=config.rollout.host_threads)
-  batch_size = rl.prompts_per_step * rl.group_size
   critic_params, critic_optimizer, value_fn = None, None, None
   if update_lib.uses_critic(rl):
     critic_params = critic_params_from_policy(params, model_config, jax.random.key(config.seed + 1))
@@ -205,9 +238,9 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
                         num_devices=num_devices, pass_k=config.eval.pass_k,
                         temperature=config.rollout.temperature)
   log(f"setup: {num_devices} device(s), B = {rl.prompts_per_step} prompts x {rl.group_size} = "
-      f"{batch_size} responses per step, warm start {time.perf_counter() - t0:.1f} s")
+      f"{batch_size} responses per step, {total_steps} steps, warm start {time.perf_counter() - t0:.1f} s")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
              sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,
              ref_params=ref_params, ref_logp_fn=ref_logp_fn, value_fn=value_fn,
              prompt_buckets=buckets, num_devices=num_devices,
-             warm_start_seconds=sft_seconds, log=log)
+             warm_start_seconds=sft_seconds, total_steps=total_steps, log=log)

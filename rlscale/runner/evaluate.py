@@ -1,7 +1,11 @@
 """Held-out evaluation: greedy accuracy, mean reward at the sampling temperature, and pass@k.
 
-A response counts as correct when its reward is at least `CORRECT_REWARD` (the verifier scores 0 or
-1; the generators' native scorers may give partial credit, which counts toward the mean reward only).
+A response counts as correct when the verifier says so (`score_batch`'s verdict: full marks from the
+task scorer, before the format reward and overlong shaping); the mean reward is the shaped reward.
+
+Every evaluation of a run, and every run of a sweep, samples with the same key (`evaluation_key`,
+from `task.eval_seed`): common random numbers, so held-out differences between runs or between
+evaluations are the policies', not sampling noise.
 """
 
 from __future__ import annotations
@@ -15,7 +19,17 @@ from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks.rewards import score_batch
 
-CORRECT_REWARD = 1.0 - 1e-6
+
+def evaluation_key(eval_seed: int):
+  """The one sampling key of every held-out evaluation: `jax.random.key(eval_seed)` folded with a
+  constant (so it differs from any key drawn from the same seed for the held-out split).
+
+  Derived from config `task.eval_seed`, not `config.seed` or the step, so all evaluations of a run
+  and all runs of a sweep draw the same noise. Raises ValueError for a non-int seed."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if isinstance(eval_seed, bool) or not isinstance(eval_seed, int):
+    raise ValueError(f"task.eval_seed must be an int, got {eval_seed!r}")
+  return jax.random.fold_in(jax.random.key(eval_seed), 0x5EED)
 
 
 def pad_to_multiple(arrays: Sequence[np.ndarray], multiple: int) -> tuple[list[np.ndarray], int]:
@@ -52,8 +66,9 @@ class Evaluator:
   pass_k: int
   temperature: float
 
-  def _rewards(self, params, tokens, mask, rng, sampling, samples_per_prompt: int) -> np.ndarray:
-    """[P * samples_per_prompt] rewards, row p * samples_per_prompt + g for example p."""
+  def _score(self, params, tokens, mask, rng, sampling, samples_per_prompt: int):
+    """[P * samples_per_prompt] shaped rewards (float32) and verdicts (bool), row
+    p * samples_per_prompt + g for example p."""
     (tokens, mask), num_prompts = pad_to_multiple([tokens, mask], self.num_devices)
     rollout = self.sampler(params, tokens, mask, rng, sampling=sampling, params_replicated=True,
                            samples_per_prompt=samples_per_prompt)
@@ -61,8 +76,9 @@ class Evaluator:
     t_r = rollout.response_mask.shape[1]
     texts = decode_responses(self.tokenizer, rollout.tokens[:n, -t_r:], rollout.response_mask[:n])
     examples = [e for e in self.examples for _ in range(samples_per_prompt)]
-    rewards, _ = score_batch(self.task, texts, examples, response_lengths=rollout.lengths[:n])
-    return rewards
+    rewards, correct, _ = score_batch(self.task, texts, examples,
+                                      response_lengths=rollout.lengths[:n])
+    return rewards, correct
 
   def __call__(self, params, rng) -> dict[str, float]:
     """Returns {"eval/greedy_accuracy", "eval/mean_reward", "eval/pass_at_k", "eval/sampled_accuracy"}.
@@ -71,14 +87,14 @@ class Evaluator:
     import jax  # pylint: disable=g-import-not-at-top
     texts = [self.task.format_prompt(e) for e in self.examples]
     tokens, mask = encode_prompts(self.tokenizer, texts, self.prompt_buckets)
-    greedy = self._rewards(params, tokens, mask, jax.random.fold_in(rng, 0),
-                           SamplingConfig(temperature=0.0), 1)
+    _, greedy = self._score(params, tokens, mask, jax.random.fold_in(rng, 0),
+                            SamplingConfig(temperature=0.0), 1)
     k = self.pass_k
-    sampled = self._rewards(params, tokens, mask, jax.random.fold_in(rng, 1),
-                            SamplingConfig(temperature=self.temperature), k)
-    correct = (sampled >= CORRECT_REWARD).reshape(len(self.examples), k)
+    sampled, sampled_correct = self._score(params, tokens, mask, jax.random.fold_in(rng, 1),
+                                           SamplingConfig(temperature=self.temperature), k)
+    correct = sampled_correct.reshape(len(self.examples), k)
     return {
-        "eval/greedy_accuracy": float(np.mean(greedy >= CORRECT_REWARD)),
+        "eval/greedy_accuracy": float(np.mean(greedy)),
         "eval/mean_reward": float(np.mean(sampled)),
         "eval/sampled_accuracy": float(np.mean(correct)),
         "eval/pass_at_k": float(np.mean(correct.any(axis=1))),

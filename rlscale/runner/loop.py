@@ -6,6 +6,12 @@ consumed and wall seconds per phase (generation / reward / training / evaluation
 `train.checkpoint_every` steps the train state, the task-stream position and the cumulative wall
 time are saved; running the same command again resumes from there and reproduces the metrics of an
 uninterrupted run, because every step's randomness is `fold_in(seed key, step)`.
+
+Evaluation schedule: every `train.eval_every` steps, or, when `train.eval_every_samples` = E is set,
+at every step where the responses consumed cross a multiple of E (the first step whose count is
+>= k * E; with a fixed budget and B dividing E, every batch size evaluates at the same counts, and
+otherwise each record's `samples` holds the exact count). The warm start (0 samples) and the final
+step are always evaluated. Every evaluation uses the same key (`evaluate.evaluation_key`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.runner import builders
 from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.runner.checkpoints import Checkpointer
+from rlscale.runner.evaluate import evaluation_key
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
 from rlscale.tasks.rewards import score_batch
@@ -36,7 +43,8 @@ PHASES = ("generation", "reward", "training", "evaluation")
 CONFIG_FILE = "config.json"
 POLICY_DIR = "policy"  # the final policy as a HF checkpoint
 # Fields that may change when resuming a run; any other change means a different experiment.
-RESUMABLE_FIELDS = ("train.total_steps", "train.eval_every", "train.checkpoint_every",
+RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_every",
+                    "train.eval_every_samples", "train.checkpoint_every",
                     "train.keep_checkpoints", "sft.cache_dir", "distributed")
 # DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
 MAX_SAMPLING_ROUNDS = 4
@@ -96,15 +104,37 @@ class _StopFlag:
       signal.signal(sig, handler)
 
 
-def group_stats(rewards: np.ndarray, group_size: int) -> dict[str, float]:
-  """Reward statistics of a [P * G] reward vector: mean, std, and the fraction of groups whose
-  rewards vary (only those carry a group-relative learning signal)."""
+def group_stats(rewards: np.ndarray, correct: np.ndarray, group_size: int) -> dict[str, float]:
+  """Statistics of P groups of G responses, groups adjacent.
+
+  Args:
+    rewards: [P * G] float reward: mean, std and the fraction of groups whose rewards vary (only
+      those carry a group-relative learning signal).
+    correct: [P * G] bool verifier verdicts: the fraction correct and of all-correct groups.
+  """
   groups = rewards.reshape(-1, group_size)
   varied = groups.max(axis=1) - groups.min(axis=1) > 1e-6
+  correct = np.asarray(correct, bool)
   return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+          "reward/accuracy": float(correct.mean()),
           "groups/with_variance": float(varied.mean()),
           "groups/zero_variance": float(1.0 - varied.mean()),
-          "groups/all_correct": float((groups.min(axis=1) >= 1.0 - 1e-6).mean())}
+          "groups/all_correct": float(correct.reshape(-1, group_size).all(axis=1).mean())}
+
+
+def evaluation_due(*, step: int, total_steps: int, samples_before: int, samples_after: int,
+                   eval_every: int, eval_every_samples: int | None) -> bool:
+  """Whether the step that took the run from `samples_before` to `samples_after` responses
+  consumed (and ended at RL step `step`, 1-based) is followed by a held-out evaluation.
+
+  With `eval_every_samples` = E: when the count crosses a multiple of E,
+  floor(after / E) > floor(before / E) (one evaluation even if a step crosses several); otherwise
+  every `eval_every` steps. The last step (`step == total_steps`) always evaluates."""
+  if step == total_steps:
+    return True
+  if eval_every_samples is not None:
+    return samples_after // eval_every_samples > samples_before // eval_every_samples
+  return step % eval_every == 0
 
 
 def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = None) -> dict[str, Any]:
@@ -147,7 +177,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
     wall_offset, phase_totals = float(meta["wall_seconds"]), dict(meta["phase_seconds"])
     run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
     summary_path = os.path.join(workdir, "summary.json")
-    if step >= config.train.total_steps and os.path.exists(summary_path):
+    if step >= run.total_steps and os.path.exists(summary_path):
       checkpointer.close()
       run.log(f"run already complete ({step} steps); results: {summary_path}")
       with open(summary_path, encoding="utf-8") as f:
@@ -160,9 +190,10 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
 
   base_key = jax.random.key(config.seed)
+  eval_key = evaluation_key(config.task.get("eval_seed", 1234))
   if latest is None:
     t0 = time.perf_counter()
-    warm_eval = run.evaluator(state.params, jax.random.fold_in(base_key, 10**9))
+    warm_eval = run.evaluator(state.params, eval_key)
     phase_totals["evaluation"] += time.perf_counter() - t0
     logger.write({"step": 0, "samples": 0, **warm_eval, **_wall_record(phase_totals, start_time, wall_offset)})
     run.log(f"warm start: held-out greedy accuracy {warm_eval['eval/greedy_accuracy']:.3f}, "
@@ -171,21 +202,24 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   else:
     warm_eval = _load_warm_eval(workdir)
 
-  total_steps = config.train.total_steps
+  total_steps = run.total_steps
   first_step = step
   last_eval = None
   bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True)
   with _StopFlag() as stop:
     while step < total_steps and not stop.stop:
       step_key = jax.random.fold_in(base_key, step)
+      samples_before = counters["samples"]
       record, state = _rl_step(run, state, step_key, counters, phase_totals)
       step += 1
       record.update(step=step, **counters)
       if stop_after_steps is not None and step - first_step >= stop_after_steps:
         stop.stop = True
-      if step % config.train.eval_every == 0 or step == total_steps:
+      if evaluation_due(step=step, total_steps=total_steps, samples_before=samples_before,
+                        samples_after=counters["samples"], eval_every=config.train.eval_every,
+                        eval_every_samples=config.train.get("eval_every_samples")):
         t0 = time.perf_counter()
-        last_eval = run.evaluator(state.params, jax.random.fold_in(base_key, 10**9 + step))
+        last_eval = run.evaluator(state.params, eval_key)
         phase_totals["evaluation"] += time.perf_counter() - t0
         record.update(last_eval)
       record.update(_wall_record(phase_totals, start_time, wall_offset))
@@ -214,11 +248,14 @@ class Generated(NamedTuple):
     rollout: the sampler's Rollout of numpy arrays (tokens [B, Tp + Tr] int32, prompt_mask
       [B, Tp], response_mask [B, Tr], logp [B, Tr] float32, lengths [B] int32).
     rewards: [B] float32 training reward: the task reward plus DAPO's overlong penalty when on.
-    scores: [B] float32 task reward alone (what the verifier gave), in [0, 1].
+    scores: [B] float32 reward from `score_batch` (task score plus the task's format and
+      overlong terms), before the update-side DAPO overlong penalty.
+    correct: [B] bool verifier verdicts (what "correct" means in every metric and filter).
   """
   rollout: Any
   rewards: np.ndarray
   scores: np.ndarray
+  correct: np.ndarray
 
 
 def _generate_groups(run, state, key, stream_position, phase_totals) -> Generated:
@@ -240,7 +277,8 @@ def _generate_groups(run, state, key, stream_position, phase_totals) -> Generate
   t_r = rollout.response_mask.shape[1]
   texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
   group_examples = [e for e in examples for _ in range(G)]
-  scores, _ = score_batch(run.task, texts, group_examples, response_lengths=rollout.lengths)
+  scores, correct, _ = score_batch(run.task, texts, group_examples,
+                                   response_lengths=rollout.lengths)
   scores = np.asarray(scores, np.float32)
   rewards = scores
   if rl.overlong_buffer_frac > 0:
@@ -249,28 +287,30 @@ def _generate_groups(run, state, key, stream_position, phase_totals) -> Generate
         rollout.lengths, max_len=t_r, buffer_len=buffer, penalty_factor=rl.overlong_penalty_factor))
   phase_totals["generation"] += t1 - t0
   phase_totals["reward"] += time.perf_counter() - t1
-  return Generated(rollout, np.asarray(rewards, np.float32), scores)
+  return Generated(rollout, np.asarray(rewards, np.float32), scores, correct)
 
 
 def _select_groups(generated: Generated, keep: np.ndarray, group_size: int) -> Generated:
   """The rows of the groups where keep [P] bool is True."""
   rows = np.repeat(keep, group_size)
   rollout = type(generated.rollout)(*[np.asarray(x)[rows] for x in generated.rollout])
-  return Generated(rollout, generated.rewards[rows], generated.scores[rows])
+  return Generated(rollout, generated.rewards[rows], generated.scores[rows],
+                   generated.correct[rows])
 
 
 def _concat(parts: list[Generated]) -> Generated:
   rollout_type = type(parts[0].rollout)
   return Generated(rollout_type(*[np.concatenate(xs) for xs in zip(*[p.rollout for p in parts])]),
                    np.concatenate([p.rewards for p in parts]),
-                   np.concatenate([p.scores for p in parts]))
+                   np.concatenate([p.scores for p in parts]),
+                   np.concatenate([p.correct for p in parts]))
 
 
 def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, float]:
   """Reward and length statistics over every response generated this step (before any DAPO
   filtering), so the training-reward curve is not biased by the filter."""
   everything = _concat(rounds)
-  stats = group_stats(everything.scores, group_size)
+  stats = group_stats(everything.scores, everything.correct, group_size)
   lengths = np.asarray(everything.rollout.lengths)
   stats.update({
       "reward/shaped_mean": float(everything.rewards.mean()),
@@ -284,11 +324,11 @@ def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, flo
 def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generated, dict]:
   """One rollout batch of P groups, and statistics over all responses generated for it.
 
-  With DAPO dynamic sampling (Yu et al. 2025), groups whose task scores are all equal carry no
-  group-relative signal and are dropped; fresh prompts are sampled (up to MAX_SAMPLING_ROUNDS
+  With DAPO dynamic sampling (Yu et al. 2025), groups whose verdicts are all equal carry no
+  correctness signal and are dropped; fresh prompts are sampled (up to MAX_SAMPLING_ROUNDS
   rounds) until P groups with signal are collected; if they run out, zero-signal groups fill the
-  batch so shapes stay static. The filter uses the verifier score, not the length-shaped reward
-  (as verl's DAPO recipe filters on accuracy). Every generated response counts toward `samples`.
+  batch so shapes stay static. The filter uses the verifier's verdicts (groups all right or all
+  wrong are dropped), not the shaped reward, as verl's DAPO recipe filters on accuracy. Every generated response counts toward `samples`.
   """
   rl = run.rl_config
   P, G = rl.prompts_per_step, rl.group_size
@@ -301,7 +341,7 @@ def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generate
     rounds.append(generated)
     if not rl.dynamic_sampling:
       return generated, _generation_stats(rounds, G)
-    signal_groups = np.asarray(dapo.groups_with_signal(generated.scores, G))
+    signal_groups = np.asarray(dapo.groups_with_signal(generated.correct.astype(np.float32), G))
     keep = np.zeros(P, bool)
     keep[np.flatnonzero(signal_groups)[:P - kept]] = True
     parts.append(_select_groups(generated, keep, G))

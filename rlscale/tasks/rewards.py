@@ -19,7 +19,7 @@ This module is NumPy only (no JAX), so the reward path runs on the host next to 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -57,6 +57,27 @@ class RewardConfig:
                        f"{l_max}], got {l_cache!r}")
 
 
+# A response is correct (the verifier's verdict) when its task score is full marks: the verifier
+# scores 0 or 1; a generator's native scorer may give partial credit, which is not correct.
+CORRECT_SCORE = 1.0 - 1e-6
+
+
+class ScoredBatch(NamedTuple):
+  """What `score_batch` returns (a tuple: `rewards, correct, infos = score_batch(...)`).
+
+  Attributes:
+    rewards: [B] float32 shaped training reward (correctness + format + overlong terms).
+    correct: [B] bool, the verifier's verdict: task score >= CORRECT_SCORE, before any shaping.
+      Every metric or filter that means "correct" (accuracy, pass@k, DAPO's filter) uses this,
+      never `rewards`, which shaping can push below 1 for a right answer or to 1 for a wrong one.
+    infos: {"correct": [B] float32 task score, "format": [B] float32, "overlong": [B] float32,
+      "reason": list[str], "extracted": list[str | None]}.
+  """
+  rewards: np.ndarray
+  correct: np.ndarray
+  infos: dict[str, Any]
+
+
 def overlong_penalty(lengths: np.ndarray, *, max_len: int, cache_len: int) -> np.ndarray:
   """DAPO soft overlong punishment (see module docstring).
 
@@ -86,7 +107,7 @@ def format_ok(response: str, config: verifier.VerifierConfig) -> bool:
 def score_batch(task: base.TaskSource, responses: Sequence[str],
                 examples: Sequence[base.Example], *,
                 response_lengths: Optional[Sequence[int] | np.ndarray] = None
-                ) -> tuple[np.ndarray, dict[str, Any]]:
+                ) -> ScoredBatch:
   """Rewards of B responses; never raises because of response content.
 
   Identical (response, reference) pairs are scored once (groups often repeat answers).
@@ -99,9 +120,7 @@ def score_batch(task: base.TaskSource, responses: Sequence[str],
       character counts of the responses are used (exact for the character tokenizer).
 
   Returns:
-    rewards: [B] float32.
-    infos: {"correct": [B] float32, "format": [B] float32, "overlong": [B] float32,
-      "reason": list[str], "extracted": list[str | None]}.
+    ScoredBatch(rewards [B] float32, correct [B] bool verdicts, infos).
 
   Raises:
     ValueError: responses, examples and response_lengths differ in length (a caller bug).
@@ -138,4 +157,4 @@ def score_batch(task: base.TaskSource, responses: Sequence[str],
     rewards += overlong
   infos = {"correct": correct, "format": fmt, "overlong": overlong,
            "reason": [s.reason for s in scores], "extracted": [s.extracted for s in scores]}
-  return rewards.astype(np.float32), infos
+  return ScoredBatch(rewards.astype(np.float32), correct >= CORRECT_SCORE, infos)

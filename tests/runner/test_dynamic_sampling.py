@@ -8,14 +8,16 @@ from rlscale.runner import loop
 from rlscale.sampler.sampler import Rollout
 
 
-def _generated(scores, round_index):
-  """A fake round: 2 prompts x 2 samples whose tokens hold the round index (to trace rows)."""
+def _generated(scores, round_index, correct=None):
+  """A fake round: 2 prompts x 2 samples whose tokens hold the round index (to trace rows);
+  verdicts are scores == 1 unless given."""
   b = len(scores)
   rollout = Rollout(tokens=np.full((b, 3), round_index, np.int32), prompt_mask=np.ones((b, 1), np.int32),
                     response_mask=np.ones((b, 2), np.int32), logp=np.zeros((b, 2), np.float32),
                     lengths=np.full((b,), 2, np.int32), num_steps=np.full((b,), 2, np.int32))
   scores = np.asarray(scores, np.float32)
-  return loop.Generated(rollout, scores, scores)
+  correct = scores >= 1 if correct is None else np.asarray(correct, bool)
+  return loop.Generated(rollout, scores, scores, correct)
 
 
 def _run(monkeypatch, rounds, dynamic=True):
@@ -56,3 +58,16 @@ def test_without_dynamic_sampling_one_round(monkeypatch):
   generated, stats, counters = _run(monkeypatch, [_generated([1, 1, 0, 0], 0)], dynamic=False)
   np.testing.assert_array_equal(generated.scores, [1, 1, 0, 0])
   assert counters == {"samples": 4, "prompts": 2} and stats["sampling/rounds"] == 1
+
+
+def test_filter_uses_verdicts_not_shaped_rewards(monkeypatch):
+  # Round 0: group 0's shaped rewards vary (format reward 1 on a wrong answer) but both responses
+  # are wrong -> no correctness signal, dropped; group 1 is one right, one wrong (shaped to 0 by
+  # overlong shaping) -> kept although its rewards are equal.
+  rounds = [_generated([1, 0, 0, 0], 0, correct=[False, False, True, False]),
+            _generated([0, 0, 1, 0], 1, correct=[False, False, True, False])]
+  generated, stats, _ = _run(monkeypatch, rounds)
+  np.testing.assert_array_equal(generated.rollout.tokens[:, 0], [0, 0, 1, 1])
+  np.testing.assert_array_equal(generated.correct, [True, False, True, False])
+  assert stats["sampling/kept_groups_with_signal"] == 2
+  assert stats["reward/accuracy"] == 0.25

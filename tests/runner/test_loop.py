@@ -29,11 +29,23 @@ def full_run(tmp_path_factory, sft_cache):
 
 def test_group_stats_by_hand():
   rewards = np.array([1, 0, 1, 1, 0, 0], np.float32)  # groups of 2: [1,0] [1,1] [0,0]
-  stats = group_stats(rewards, 2)
+  correct = rewards >= 1
+  stats = group_stats(rewards, correct, 2)
   assert stats["reward/mean"] == pytest.approx(0.5)
+  assert stats["reward/accuracy"] == pytest.approx(0.5)
   assert stats["groups/with_variance"] == pytest.approx(1 / 3)
   assert stats["groups/zero_variance"] == pytest.approx(2 / 3)
   assert stats["groups/all_correct"] == pytest.approx(1 / 3)
+
+
+def test_all_correct_groups_count_verdicts_not_shaped_rewards():
+  # Group 0: both correct, one shaped down to 0.5 by overlong shaping; group 1: a wrong answer
+  # lifted to reward 1 by the format reward.
+  rewards = np.array([1, 0.5, 1, 1], np.float32)
+  correct = np.array([True, True, False, True])
+  stats = group_stats(rewards, correct, 2)
+  assert stats["groups/all_correct"] == pytest.approx(0.5)
+  assert stats["reward/accuracy"] == pytest.approx(0.75)
 
 
 def test_run_writes_outputs(full_run):

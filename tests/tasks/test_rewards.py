@@ -31,8 +31,11 @@ def test_score_batch_by_hand():
                "<answer>7</answer>", "\x00"]
   examples = [ex7, ex7, ex7, ex8, ex7, ex7]
   lengths = [18, 1, 18, 14, 13, 1]
-  rewards_b, infos = rewards.score_batch(task, responses, examples, response_lengths=lengths)
+  rewards_b, verdicts, infos = rewards.score_batch(task, responses, examples,
+                                                   response_lengths=lengths)
   correct = [1, 1, 0, 1, 1, 0]
+  np.testing.assert_array_equal(verdicts, np.array(correct, bool))
+  assert verdicts.dtype == bool
   fmt = [1, 0, 1, 0, 1, 0]
   overlong = [-1, 0, -1, -0.5, -0.25, 0]
   np.testing.assert_allclose(infos["correct"], correct)
@@ -47,12 +50,38 @@ def test_score_batch_by_hand():
 def test_defaults_are_plain_correctness_and_char_lengths():
   task = _task()  # no format reward, no overlong shaping
   ex = base.Example("3 + 4", "7", {})
-  r, infos = rewards.score_batch(task, ["7", "8", "x" * 40], [ex] * 3)
+  r, _, infos = rewards.score_batch(task, ["7", "8", "x" * 40], [ex] * 3)
   np.testing.assert_array_equal(r, [1, 0, 0])
   np.testing.assert_array_equal(infos["format"], 0)
   task = _task(overlong_max_len=16, overlong_cache_len=4)
-  r, _ = rewards.score_batch(task, ["7", "7" + " " * 13], [ex] * 2)  # 1 and 14 characters
+  r, _, _ = rewards.score_batch(task, ["7", "7" + " " * 13], [ex] * 2)  # 1 and 14 characters
   np.testing.assert_allclose(r, [1, 0.5])
+
+
+def test_verdict_is_the_verifiers_not_the_shaped_reward():
+  """Issue 13 item 1: shaping moves the reward, never the verdict."""
+  ex = base.Example("3 + 4", "7", {})
+  # Overlong shaping with L_max = 8, L_cache = 4: a correct 8-token answer gets reward 1 - 1 = 0.
+  task = _task(overlong_max_len=8, overlong_cache_len=4)
+  r, correct, _ = rewards.score_batch(task, ["7"], [ex], response_lengths=[8])
+  np.testing.assert_allclose(r, [0.0])
+  np.testing.assert_array_equal(correct, [True])
+  # format_weight = 1: a wrong, well-formatted answer gets reward 0 + 1 = 1.
+  task = _task(format_weight=1.0)
+  r, correct, _ = rewards.score_batch(task, ["<answer>9</answer>"], [ex])
+  np.testing.assert_allclose(r, [1.0])
+  np.testing.assert_array_equal(correct, [False])
+
+
+def test_partial_credit_is_not_correct():
+  class Partial(arithmetic.ArithmeticSource):
+
+    def score(self, response_text, example):
+      return base.Score(0.5, "partial", response_text)
+
+  r, correct, _ = rewards.score_batch(Partial(seed=0), ["7"], [base.Example("3 + 4", "7", {})])
+  np.testing.assert_allclose(r, [0.5])
+  np.testing.assert_array_equal(correct, [False])
 
 
 def test_never_raises_on_content_and_scores_duplicates_once():
@@ -69,7 +98,7 @@ def test_never_raises_on_content_and_scores_duplicates_once():
   task = Counting(seed=0)
   ex = base.Example("3 + 4", "7", {})
   responses = ["7", "7", None, b"7", "boom", "7" * 100_000, "7"]
-  r, infos = rewards.score_batch(task, responses, [ex] * len(responses))
+  r, _, infos = rewards.score_batch(task, responses, [ex] * len(responses))
   np.testing.assert_array_equal(r, [1, 1, 0, 0, 0, 0, 1])
   assert calls.count("7") == 1
   assert infos["reason"][4] == "scorer error (RuntimeError)"

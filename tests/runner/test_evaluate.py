@@ -1,0 +1,69 @@
+"""Held-out evaluation counts the verifier's verdicts (issue 13 item 1) with one fixed key."""
+
+import jax
+import numpy as np
+import pytest
+
+from rlscale import tokenizers
+from rlscale.runner.evaluate import Evaluator, evaluation_key
+from rlscale.sampler.sampler import Rollout
+from rlscale.tasks import arithmetic, base, rewards, verifier
+
+
+class _FixedSampler:
+  """Answers every prompt with the same response text (samples_per_prompt copies each)."""
+
+  def __init__(self, tokenizer, response, width=24):
+    self.tokenizer, self.response, self.width = tokenizer, response, width
+
+  def __call__(self, params, tokens, mask, rng, *, sampling, params_replicated,
+               samples_per_prompt):
+    del params, rng, sampling, params_replicated
+    b = len(tokens) * samples_per_prompt
+    ids = self.tokenizer.encode(self.response)
+    response = np.full((b, self.width), self.tokenizer.pad_id, np.int32)
+    response[:, :len(ids)] = ids
+    response_mask = np.zeros((b, self.width), np.int32)
+    response_mask[:, :len(ids)] = 1
+    prompts = np.repeat(np.asarray(tokens), samples_per_prompt, axis=0)
+    return Rollout(tokens=np.concatenate([prompts, response], 1),
+                   prompt_mask=np.repeat(np.asarray(mask), samples_per_prompt, axis=0),
+                   response_mask=response_mask, logp=np.zeros((b, self.width), np.float32),
+                   lengths=np.full((b,), len(ids), np.int32),
+                   num_steps=np.full((b,), len(ids), np.int32))
+
+
+def _evaluate(response, **reward):
+  task = arithmetic.ArithmeticSource(
+      seed=0, verifier_config=verifier.VerifierConfig(extract_order="answer_tag,last_number"))
+  task.reward_config = rewards.RewardConfig(**reward)
+  tokenizer = tokenizers.load_tokenizer("char")
+  examples = [base.Example("3 + 4", "7", {"expression": "3 + 4"})] * 2
+  evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=_FixedSampler(tokenizer, response),
+                        examples=examples, prompt_buckets=(16,), num_devices=1, pass_k=2,
+                        temperature=1.0)
+  return evaluator(None, evaluation_key(1234))
+
+
+def test_correct_answer_shaped_to_zero_counts_as_correct():
+  # "00000007" is 8 tokens: overlong shaping with L_max 8, L_cache 4 gives reward 1 - 1 = 0.
+  metrics = _evaluate("00000007", overlong_max_len=8, overlong_cache_len=4)
+  assert metrics["eval/mean_reward"] == pytest.approx(0.0)
+  assert metrics["eval/greedy_accuracy"] == 1.0
+  assert metrics["eval/pass_at_k"] == 1.0 and metrics["eval/sampled_accuracy"] == 1.0
+
+
+def test_wrong_answer_with_format_reward_counts_as_wrong():
+  metrics = _evaluate("<answer>9</answer>", format_weight=1.0)
+  assert metrics["eval/mean_reward"] == pytest.approx(1.0)
+  assert metrics["eval/greedy_accuracy"] == 0.0
+  assert metrics["eval/pass_at_k"] == 0.0 and metrics["eval/sampled_accuracy"] == 0.0
+
+
+def test_evaluation_key_depends_only_on_the_eval_seed():
+  np.testing.assert_array_equal(jax.random.key_data(evaluation_key(1234)),
+                                jax.random.key_data(evaluation_key(1234)))
+  assert not np.array_equal(jax.random.key_data(evaluation_key(1234)),
+                            jax.random.key_data(evaluation_key(1235)))
+  with pytest.raises(ValueError, match=r"task\.eval_seed"):
+    evaluation_key("1234")
