@@ -3,4 +3,5 @@ from rlscale.model.config import ModelConfig, RopeScaling, tiny_config
 from rlscale.model.hf_checkpoint import load_hf_checkpoint, load_hf_config, save_hf_checkpoint
 from rlscale.model.transformer import (KVCache, ModelOutput, Transformer, cache_attention_mask,
                                        causal_attention_mask, forward, init_cache, init_params,
-                                       positions_from_mask, token_logp)
+                                       positions_from_mask, tempered_log_softmax,
+                                       token_logp)

@@ -320,21 +320,42 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
                                    causal_attention_mask(input_mask))
 
 
-def token_logp(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:
-  """log softmax(logits / temperature)[target] (temperature 0 reads as 1).
+def tempered_log_softmax(logits: jax.Array, temperature: float = 1.0) -> jax.Array:
+  """log softmax(logits / temperature) over the last axis, NaN-free (temperature 0 reads as 1).
 
   Args:
-    logits: [..., V] float. targets: [...] int32. temperature: >= 0, Python float or scalar array.
+    logits: [..., V] float; entries may be -inf (masked vocabulary) as long as each row has one
+      finite entry. temperature: >= 0, Python float or scalar array.
   Returns:
-    [...] float32, <= 0; 0 for the most likely token; finite unless (max logit - logit) /
-    temperature overflows float32.
+    [..., V] float32, <= 0; exactly 0 at the most likely token; -inf at masked entries and where
+    (logit - max logit) / temperature underflows (the greedy limit).
 
   The max logit is subtracted BEFORE dividing by the temperature: the most likely token's shifted
   logit is then exactly 0 and all others <= 0. Dividing first let XLA:CPU round logits / T
   differently in the max and in the exp (a fused multiply-add), off by ~ulp(logits / T), which
-  overflowed exp and gave logp = +-inf at temperatures <= 1e-9.
+  overflowed exp and gave logp = +-inf at temperatures <= 1e-9. A Python-number temperature is
+  floored at the smallest normal float32 (1.2e-38): XLA:CPU flushes subnormals to zero, and 0 / 0
+  at the max would be NaN.
   """
   logits = logits.astype(jnp.float32)
   shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
-  logp = jax.nn.log_softmax(shifted / jnp.where(temperature > 0, temperature, 1.0), axis=-1)
+  tiny = float(jnp.finfo(jnp.float32).tiny)
+  if isinstance(temperature, (int, float)):  # static: decided in Python, exact for subnormals
+    scale = max(float(temperature), tiny) if temperature > 0 else 1.0
+  else:  # traced: a subnormal temperature is already flushed to 0 on CPU, and reads as 1
+    scale = jnp.where(temperature > 0, jnp.maximum(temperature, tiny), 1.0)
+  return jax.nn.log_softmax(shifted / scale, axis=-1)
+
+
+def token_logp(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:
+  """log softmax(logits / temperature)[target] (temperature 0 reads as 1), by
+  `tempered_log_softmax`.
+
+  Args:
+    logits: [..., V] float. targets: [...] int32. temperature: >= 0, Python float or scalar array.
+  Returns:
+    [...] float32, <= 0; 0 for the most likely token; -inf only for a target whose logit is -inf
+    (or whose probability underflows at a tiny temperature), never NaN; its gradient is finite.
+  """
+  logp = tempered_log_softmax(logits, temperature)
   return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]

@@ -7,10 +7,9 @@ columns of `tokens`) are scored by the logits at columns T - Tr - 1 ... T - 2.
 from __future__ import annotations
 
 import chex
-import jax
 import jax.numpy as jnp
 
-from rlscale.model.transformer import token_logp
+from rlscale.model.transformer import tempered_log_softmax, token_logp
 
 
 def response_logits(logits: chex.Array, response_len: int) -> chex.Array:
@@ -55,7 +54,15 @@ def response_logp(logits: chex.Array, tokens: chex.Array, response_len: int,
 def entropy_from_logits(logits: chex.Array, temperature: float = 1.0) -> chex.Array:
   """Entropy H = -sum_v p_v log p_v of softmax(logits / temperature), in nats.
 
-  Args: logits [..., V] float32. Returns [...] float32, >= 0 (computed from log_softmax, so a
-  saturated distribution gives 0, never NaN or a small negative number)."""
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
-  return jnp.maximum(-jnp.sum(jnp.exp(logp) * logp, axis=-1), 0.0)
+  Args: logits [..., V] float32; -inf entries (masked vocabulary) are allowed if each row has one
+  finite entry. temperature: > 0 (see `tempered_log_softmax`).
+  Returns: [...] float32, >= 0. Terms with p_v = 0 (masked entries, or underflow at a tiny
+  temperature) count 0 log 0 = 0, in the value and in the gradient: [0, -inf] has entropy 0 and a
+  zero gradient, never NaN.
+  """
+  logp = tempered_log_softmax(logits, temperature)
+  probs = jnp.exp(logp)
+  # Double where: the inner one keeps -inf out of the product, so its gradient is 0 * 0 and not
+  # 0 * inf; the outer mask is then exact (p = 0 gives a 0 term).
+  safe_logp = jnp.where(probs > 0, logp, 0.0)
+  return jnp.maximum(-jnp.sum(probs * safe_logp, axis=-1), 0.0)

@@ -26,6 +26,7 @@ from typing import Callable, Optional
 import chex
 import jax.numpy as jnp
 
+from rlscale.rl.kl import log_ratio
 from rlscale.rl.registry import Registry
 
 PolicyLoss = Callable[..., tuple[chex.Array, dict[str, chex.Array]]]
@@ -49,8 +50,9 @@ def _check_policy_inputs(logp, old_logp, advantages, response_mask) -> None:
 
 
 def importance_ratio(logp: chex.Array, old_logp: chex.Array) -> chex.Array:
-  """pi / pi_old = exp(clip(logp - old_logp, -20, 20)); [...] float32 in and out."""
-  return jnp.exp(jnp.clip(logp - old_logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+  """pi / pi_old = exp(clip(logp - old_logp, -20, 20)); [...] float32 in and out; 1 (not NaN) where
+  both log-probabilities are -inf (see `kl.log_ratio`)."""
+  return jnp.exp(jnp.clip(log_ratio(logp, old_logp), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 @register_policy_loss("ppo_clip")

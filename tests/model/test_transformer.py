@@ -182,3 +182,29 @@ def test_token_logp_is_finite_and_exact_at_small_temperature(temperature):
   expected = np.take_along_axis(reference, targets, axis=-1)
   assert np.all(np.isfinite(np.asarray(got))) and np.all(np.asarray(got) <= 0)
   np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 1e-40, 0.0])
+def test_token_logp_never_nan_at_tiny_temperature_or_masked_vocabulary(temperature):
+  # Row 0 has a masked entry; T = 1e-40 is a float32 subnormal (flushed to 0 by XLA:CPU, which made
+  # 0 / 0 = NaN at the max); T = 0 reads as 1 (the greedy sampler's logp).
+  logits = jnp.array([[3.0, 1.0, -jnp.inf], [0.0, 2.0, 1.0]])
+  targets = jnp.array([0, 2])  # the most likely token of row 0, the second of row 1
+  fn = lambda z: tfm.token_logp(z, targets, temperature)  # noqa: E731
+  got = jax.jit(fn)(logits)
+  if temperature == 0.0:
+    expected = [3.0 - np.log(np.exp(3.0) + np.exp(1.0)), 1.0 - np.log(1 + np.exp(2.0) + np.exp(1.0))]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+  else:  # the greedy limit: the argmax has probability 1, the runner-up a huge negative logp
+    assert float(got[0]) == 0.0 and float(got[1]) <= -1e29
+  grad = jax.grad(lambda z: jnp.sum(fn(z)))(logits)
+  assert np.all(np.isfinite(np.asarray(got)) | (np.asarray(got) == -np.inf))
+  assert np.all(np.isfinite(grad)) and float(grad[0, 2]) == 0.0
+
+
+def test_token_logp_of_a_masked_target_is_minus_inf_with_a_finite_gradient():
+  logits = jnp.array([0.0, jnp.log(3.0), -jnp.inf])
+  assert float(tfm.token_logp(logits, jnp.array(2))) == -np.inf
+  # d log p_2 / dz = onehot(2) - softmax(z) = [0, 0, 1] - [1/4, 3/4, 0].
+  grad = jax.grad(lambda z: tfm.token_logp(z, jnp.array(2)))(logits)
+  np.testing.assert_allclose(grad, [-0.25, -0.75, 1.0], rtol=1e-6)

@@ -1,5 +1,6 @@
 """KL estimators against values worked out by hand."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -35,3 +36,23 @@ def test_shape_mismatch_and_unknown_name():
     kl.kl_divergence("k3", jnp.zeros((2, 3)), jnp.zeros((2, 4)))
   with pytest.raises(ValueError, match=r"rl.kl_estimator='k4' is not registered; registered: \['k1', 'k2', 'k3'"):
     kl.kl_divergence("k4", jnp.zeros(2), jnp.zeros(2))
+
+
+@pytest.mark.parametrize("name", ["k1", "k2", "k3"])
+def test_token_impossible_under_both_policies_has_zero_kl_and_finite_gradient(name):
+  # A masked vocabulary entry: logp = ref_logp = -inf. -inf - (-inf) was NaN; both agree, KL 0.
+  logp = jnp.array([-jnp.inf, -1.0])
+  ref = jnp.array([-jnp.inf, -1.5])
+  out = kl.kl_divergence(name, logp, ref)
+  expected = {"k1": 0.5, "k2": 0.125, "k3": np.exp(-0.5) - 0.5}[name]
+  np.testing.assert_allclose(out, [0.0, expected], rtol=1e-6)
+  grad = jax.grad(lambda x: jnp.sum(kl.kl_divergence(name, x, ref)))(logp)
+  assert np.all(np.isfinite(grad)) and float(grad[0]) == 0.0
+
+
+def test_log_ratio_keeps_the_gradient_of_the_difference():
+  # The -inf guard must not touch equal finite values (on-policy ratios start exactly there).
+  grad = jax.grad(lambda a: jnp.sum(kl.log_ratio(a, jnp.array([-1.0, -jnp.inf]))))(
+      jnp.array([-1.0, -jnp.inf]))
+  np.testing.assert_array_equal(grad, [1.0, 0.0])
+  assert float(kl.log_ratio(jnp.array(-jnp.inf), jnp.array(-2.0))) == -np.inf

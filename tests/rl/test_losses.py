@@ -1,11 +1,14 @@
 """Policy and value losses against values worked out by hand."""
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
 
-from rlscale.rl import losses
+from rlscale.model.transformer import token_logp
+from rlscale.rl import kl, losses
+from rlscale.rl.logprob import entropy_from_logits
 from rlscale.rl.aggregation import aggregate_loss
 
 
@@ -112,3 +115,43 @@ def test_user_registered_loss_selected_by_name():
   token_loss, _ = fn(jnp.array([[-1.0, -2.0]]), jnp.zeros((1, 2)), jnp.ones((1, 2)),
                      jnp.array([[1, 0]]))
   np.testing.assert_allclose(aggregate_loss(token_loss, jnp.array([[1, 0]]), "token-mean"), 2.0)
+
+
+def test_ratio_of_a_token_impossible_under_both_policies_is_one():
+  logp, old = jnp.array([[-jnp.inf, -1.0]]), jnp.array([[-jnp.inf, -1.0]])
+  np.testing.assert_array_equal(losses.importance_ratio(logp, old), [[1.0, 1.0]])
+  grad = jax.grad(lambda x: jnp.sum(losses.importance_ratio(x, old)))(logp)
+  np.testing.assert_array_equal(grad, [[0.0, 1.0]])  # d exp(x - old) / dx = 1 on-policy
+
+
+@pytest.mark.parametrize("temperature", [1.0, 1e-9, 1e-40])
+def test_whole_loss_is_finite_with_masked_vocabulary_and_tiny_temperature(temperature):
+  # Every logits -> probabilities step of a loss (logp, ratio, PPO clip, k3 KL, entropy,
+  # aggregation) with -inf vocabulary entries: the loss and its gradient stay finite. Row 1's last
+  # position is padding whose token is masked under every policy (logp = old = ref = -inf).
+  logits = jnp.array([[[2.0, 0.0, -jnp.inf], [0.5, 1.0, -jnp.inf]],
+                      [[1.0, -jnp.inf, 0.0], [0.0, 0.0, -jnp.inf]]])
+  targets = jnp.array([[0, 1], [0, 2]])
+  mask = jnp.array([[1.0, 1.0], [1.0, 0.0]])
+  old = token_logp(logits, targets, temperature)
+  ref = jnp.where(mask > 0, old - 0.1, -jnp.inf)
+  advantages = jnp.array([[1.0, 1.0], [-1.0, -1.0]])
+
+  def total(z):
+    logp = token_logp(z, targets, temperature)
+    pg, _ = losses.ppo_clip(logp, old, advantages, mask, clip_eps_low=0.2, clip_eps_high=0.28)
+    per_token = (pg + 0.1 * kl.kl_divergence("k3", logp, ref)
+                 - 0.01 * entropy_from_logits(z, temperature))
+    return aggregate_loss(per_token, mask, "token-mean")
+
+  loss, grad = jax.value_and_grad(total)(logits)
+  assert np.isfinite(float(loss)) and np.all(np.isfinite(grad))
+  # On-policy at T = 1: ratio 1, so the PG part is -mean(A) over real tokens = -1/3, the k3 term
+  # of d = -0.1 is 0.1 (exp(-0.1) + 0.1 - 1), and the entropy is that of the finite entries.
+  if temperature == 1.0:
+    def h(z):
+      p = np.exp(z - np.log(np.exp(z).sum()))
+      return -(p * np.log(p)).sum()
+    entropies = [h(np.array([2.0, 0.0])), h(np.array([0.5, 1.0])), h(np.array([1.0, 0.0]))]
+    k3 = np.exp(-0.1) + 0.1 - 1
+    np.testing.assert_allclose(loss, -1 / 3 + 0.1 * k3 - 0.01 * np.mean(entropies), rtol=1e-5)
