@@ -7,10 +7,14 @@ advantage per response, [B] float32, which the update step broadcasts over the r
 - `grpo` (Shao et al. 2024, DeepSeekMath): (r - group mean) / (group std + eps), unbiased std.
 - `dr_grpo` (Liu et al. 2025, "Understanding R1-Zero-like training"): r - group mean.
 - `rloo` (Ahmadian et al. 2024): r_i minus the mean of the other G - 1 rewards of its group.
-- `reinforce_pp` (Hu 2025, REINFORCE++): (r - batch mean) / (batch std + eps) over all B.
 
-`gae` (Schulman et al. 2016) is token-level: it needs per-token rewards and critic values, and is
-called directly (`gae(...)`) or through `compute_batch_advantages`.
+Token-level estimators return [B, Tr] and are called through `compute_batch_advantages` (or
+directly):
+
+- `reinforce_pp` (Hu 2025, REINFORCE++): the return-to-go of the per-token rewards (the outcome
+  reward on the last token, plus the KL penalty per token when it is in the reward), whitened over
+  every real token of the batch, as the paper, verl and OpenRLHF do.
+- `gae` (Schulman et al. 2016) needs per-token rewards and critic values (PPO).
 
 A group (or batch) whose rewards are all equal carries no signal: its advantages are exactly 0,
 even when float32 cancellation leaves a tiny nonzero mean difference or variance.
@@ -45,13 +49,16 @@ class AdvantageEstimator:
 
   Attributes:
     fn: (rewards [B] float32, *, group_size: int) -> advantages [B] float32; None for token-level
-      estimators that need more inputs (gae).
+      estimators.
     group_relative: the baseline comes from each prompt's group, so G >= 2 is required.
     needs_critic: token-level with a learned value function (PPO's GAE).
+    token_fn: token-level without a critic: (token_rewards [B, Tr] float32, response_mask
+      [B, Tr], *, gamma: float) -> advantages [B, Tr] float32 (REINFORCE++).
   """
   fn: Optional[Callable[..., chex.Array]]
   group_relative: bool = False
   needs_critic: bool = False
+  token_fn: Optional[Callable[..., chex.Array]] = None
 
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("rl.advantage")
@@ -130,21 +137,6 @@ def rloo(rewards: chex.Array, *, group_size: int) -> chex.Array:
   return _zero_if_constant(groups - others_mean, groups, axis=1).reshape(-1)
 
 
-@register_advantage("reinforce_pp")
-def reinforce_pp(rewards: chex.Array, *, group_size: int) -> chex.Array:  # pylint: disable=unused-argument
-  """REINFORCE++ advantage (Hu 2025) for outcome rewards: whitened over the whole batch,
-  A_i = (r_i - mean_B) / (std_B + 1e-6) with the unbiased std; no group baseline, so any G works.
-
-  Args: rewards [B] float32 (B >= 2). group_size: unused (kept for a common signature).
-  Returns: [B] float32, exactly 0 when all B rewards are equal.
-  Raises: ValueError when rewards is not [B].
-  """
-  rewards = jnp.asarray(rewards, jnp.float32)
-  if rewards.ndim != 1:
-    raise ValueError(f"rewards must be [B] (one per response), got shape {rewards.shape}")
-  return _whiten(rewards, axis=0)
-
-
 def gae(token_rewards: chex.Array, values: chex.Array, response_mask: chex.Array, *,
         gamma: float, lam: float) -> tuple[chex.Array, chex.Array]:
   """Generalised advantage estimation (Schulman et al. 2016) over response tokens.
@@ -212,19 +204,41 @@ def masked_whiten(x: chex.Array, mask: chex.Array) -> chex.Array:
   return jnp.where(real & ~constant, whitened, 0.0)
 
 
+def reinforce_pp(token_rewards: chex.Array, response_mask: chex.Array, *,
+                 gamma: float) -> chex.Array:
+  """REINFORCE++ advantage (Hu 2025): the return-to-go G_t = sum_{s >= t} gamma^(s - t) r_s of each
+  token, whitened over all real tokens of the batch (unbiased std), as the paper, verl
+  (`compute_reinforce_plus_plus_outcome_advantage`) and OpenRLHF do. No group baseline, so any G
+  works. Whitening per token (not per response) makes the result the same function of the KL
+  coefficient at 0 and above: with outcome rewards [1, 0], lengths [1, 3] and gamma = 1 the
+  returns are [1 | 0, 0, 0] (mean 0.25, unbiased std 0.5), so A = [1.5 | -0.5, -0.5, -0.5].
+
+  Args:
+    token_rewards: [B, Tr] float32 (`outcome_token_rewards`, plus any per-token KL penalty).
+    response_mask: [B, Tr] {0,1}. gamma: discount in [0, 1].
+  Returns: [B, Tr] float32, 0 where masked and everywhere when all real returns are equal.
+  Raises: ValueError on shape mismatch or gamma outside [0, 1].
+  """
+  returns = discounted_returns(token_rewards, response_mask, gamma=gamma)
+  return masked_whiten(returns, response_mask)
+
+
+ADVANTAGE_ESTIMATORS.register("reinforce_pp", AdvantageEstimator(None, token_fn=reinforce_pp))
+
+
 def compute_advantages(name: str, rewards: chex.Array, *, group_size: int) -> chex.Array:
   """Sequence-level advantages from the estimator registered as `name`.
 
-  Args: name: a registered sequence-level estimator (grpo, dr_grpo, rloo, reinforce_pp, or a
-  user's). rewards: [B] float32. group_size: G.
+  Args: name: a registered sequence-level estimator (grpo, dr_grpo, rloo, or a user's).
+  rewards: [B] float32. group_size: G.
   Returns: [B] float32.
   Raises: ValueError for an unknown name (listing the registered ones), a token-level estimator
-  (gae: use `gae` / `compute_batch_advantages`), or bad shapes / G.
+  (gae, reinforce_pp: use `compute_batch_advantages`), or bad shapes / G.
   """
   estimator = ADVANTAGE_ESTIMATORS.get(name)
   if estimator.fn is None:
-    raise ValueError(f"rl.advantage={name!r} is token-level (needs per-token rewards and values); "
-                     "call compute_batch_advantages or gae instead")
+    raise ValueError(f"rl.advantage={name!r} is token-level (needs per-token rewards and a "
+                     "response mask); call compute_batch_advantages instead")
   return estimator.fn(jnp.asarray(rewards, jnp.float32), group_size=group_size)
 
 
@@ -251,8 +265,9 @@ def compute_batch_advantages(rl_cfg, rewards: chex.Array, response_mask: chex.Ar
 
   With `rl.kl_mode == "reward"` and `rl.kl_coef > 0`, the per-token KL penalty
   -kl_coef * KL(old_logp, ref_logp) (estimator `rl.kl_estimator`) is folded into the reward first:
-  summed over the response for sequence-level estimators, per token for gae and reinforce_pp (the
-  REINFORCE++ return-to-go with gamma, whitened over all real tokens).
+  summed over the response for sequence-level estimators, per token for the token-level ones (gae,
+  and reinforce_pp: the return-to-go with gamma, whitened over all real tokens, with or without
+  the penalty, so the advantages are continuous in kl_coef).
 
   Args:
     rl_cfg: a config resolved by `presets.resolve_rl_config`.
@@ -261,7 +276,8 @@ def compute_batch_advantages(rl_cfg, rewards: chex.Array, response_mask: chex.Ar
     values: [B, Tr] float32 old critic values; needed for gae.
 
   Returns:
-    {"advantages": [B] or [B, Tr] float32} plus "returns" [B, Tr] for gae.
+    {"advantages": [B] (sequence-level) or [B, Tr] (token-level) float32} plus "returns"
+    [B, Tr] for gae.
 
   Raises:
     ValueError: when an input the configuration needs is missing, or from the estimator.
@@ -284,10 +300,11 @@ def compute_batch_advantages(rl_cfg, rewards: chex.Array, response_mask: chex.Ar
     if rl_cfg.whiten_advantages:
       advantages = masked_whiten(advantages, response_mask)
     return {"advantages": advantages, "returns": returns}
-  if kl_penalty is not None and rl_cfg.advantage == "reinforce_pp":
-    token_rewards = outcome_token_rewards(rewards, response_mask) + kl_penalty
-    returns = discounted_returns(token_rewards, response_mask, gamma=rl_cfg.gamma)
-    return {"advantages": masked_whiten(returns, response_mask)}
+  if estimator.token_fn is not None:
+    token_rewards = outcome_token_rewards(rewards, response_mask)
+    if kl_penalty is not None:
+      token_rewards = token_rewards + kl_penalty
+    return {"advantages": estimator.token_fn(token_rewards, response_mask, gamma=rl_cfg.gamma)}
   if kl_penalty is not None:
     rewards = rewards + jnp.sum(kl_penalty, axis=1)
   return {"advantages": compute_advantages(rl_cfg.advantage, rewards, group_size=rl_cfg.group_size)}

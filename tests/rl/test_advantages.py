@@ -28,9 +28,12 @@ def test_grpo_batched_groups_are_independent():
 @pytest.mark.parametrize("value", [0.35, 0.9])
 def test_equal_rewards_give_exact_zero_despite_cancellation(value):
   rewards = jnp.full((7,), value, jnp.float32)
-  for name in ("grpo", "dr_grpo", "rloo", "reinforce_pp"):
+  for name in ("grpo", "dr_grpo", "rloo"):
     out = np.asarray(adv.compute_advantages(name, rewards, group_size=7))
     assert np.all(out == 0.0), (name, out)
+  out = adv.reinforce_pp(adv.outcome_token_rewards(rewards, jnp.ones((7, 3))), jnp.ones((7, 3)),
+                         gamma=1.0)
+  assert np.all(np.asarray(out) == 0.0), out
 
 
 def test_cancellation_case_is_real():
@@ -56,10 +59,39 @@ def test_rloo_leave_one_out():
                              [-2.0, 2.0, 0.0, 0.0])
 
 
-def test_reinforce_pp_whitens_over_batch():
-  out = adv.reinforce_pp(jnp.array([1.0, 0.0, 1.0, 0.0]), group_size=1)
-  s = np.sqrt(1 / 3)  # unbiased std of [1, 0, 1, 0]: sqrt(4 * 0.25 / 3)
-  np.testing.assert_allclose(out, [0.5 / (s + 1e-6), -0.5 / (s + 1e-6)] * 2, rtol=1e-6)
+def test_reinforce_pp_whitens_returns_over_tokens():
+  mask = jnp.array([[1, 0, 0], [1, 1, 1]])  # lengths [1, 3]
+  out = adv.reinforce_pp(adv.outcome_token_rewards(jnp.array([1.0, 0.0]), mask), mask, gamma=1.0)
+  # Returns [1 | 0, 0, 0]: mean 0.25, unbiased std sqrt((0.75^2 + 3 * 0.25^2) / 3) = 0.5.
+  s = 0.5 + 1e-6
+  np.testing.assert_allclose(out, [[0.75 / s, 0, 0], [-0.25 / s] * 3], rtol=1e-6)
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 1e-9])
+def test_reinforce_pp_is_continuous_in_kl_coef(kl_coef):
+  # Issue 13 item 4: kl_coef = 0 gave per-response [0.707, -0.707] (whitened over the 2 rewards),
+  # kl_coef = 1e-9 per-token [1.5, -0.5, -0.5, -0.5]. Both must be the token-level whitening.
+  cfg = _rl("reinforce_pp", kl_coef=kl_coef)
+  mask = jnp.array([[1, 0, 0], [1, 1, 1]])
+  old_logp = jnp.array([[-1.0, 0.0, 0.0], [-1.0, -2.0, -0.5]])
+  ref_logp = jnp.array([[-1.2, 0.0, 0.0], [-1.0, -1.5, -0.8]])
+  out = adv.compute_batch_advantages(cfg, jnp.array([1.0, 0.0]), mask, old_logp=old_logp,
+                                     ref_logp=ref_logp)["advantages"]
+  np.testing.assert_allclose(out, [[1.5, 0, 0], [-0.5, -0.5, -0.5]], rtol=1e-5, atol=1e-6)
+
+
+def test_reinforce_pp_with_kl_in_reward_by_hand():
+  cfg = _rl("reinforce_pp", kl_coef=0.5)
+  mask = jnp.array([[1, 0, 0], [1, 1, 1]])
+  old_logp = jnp.array([[-1.0, 0.0, 0.0], [-1.0, -2.0, -0.5]])
+  ref_logp = jnp.array([[-1.2, 0.0, 0.0], [-1.0, -1.6, -0.7]])
+  out = adv.compute_batch_advantages(cfg, jnp.array([1.0, 0.0]), mask, old_logp=old_logp,
+                                     ref_logp=ref_logp)["advantages"]
+  # k1 = old - ref: [0.2 | 0, -0.4, 0.2]; token rewards = outcome - 0.5 k1: [0.9 | 0, 0.2, -0.1];
+  # returns-to-go: [0.9 | 0.1, 0.1, -0.1]; mean 0.25, deviations [0.65 | -0.15, -0.15, -0.35].
+  returns = np.array([0.9, 0.1, 0.1, -0.1])
+  whitened = (returns - returns.mean()) / (returns.std(ddof=1) + 1e-6)
+  np.testing.assert_allclose(out, [[whitened[0], 0, 0], whitened[1:]], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
@@ -68,7 +100,7 @@ def test_group_relative_needs_two_samples(name):
     adv.compute_advantages(name, jnp.ones(4), group_size=1)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
 def test_shape_errors(name):
   with pytest.raises(ValueError, match=r"rewards must be \[B\]"):
     adv.compute_advantages(name, jnp.ones((2, 4)), group_size=2)
@@ -82,13 +114,14 @@ def test_batch_not_multiple_of_group():
 def test_unknown_name_lists_registered():
   with pytest.raises(ValueError, match=r"rl.advantage='nope'.*'dr_grpo', 'gae', 'grpo'"):
     adv.compute_advantages("nope", jnp.ones(4), group_size=2)
-  with pytest.raises(ValueError, match="token-level"):
-    adv.compute_advantages("gae", jnp.ones(4), group_size=2)
+  for name in ("gae", "reinforce_pp"):
+    with pytest.raises(ValueError, match="token-level"):
+      adv.compute_advantages(name, jnp.ones(4), group_size=2)
 
 
 def test_estimators_jit():
   rewards = jnp.array([1.0, 0.0, 0.0, 1.0])
-  for name in ("grpo", "dr_grpo", "rloo", "reinforce_pp"):
+  for name in ("grpo", "dr_grpo", "rloo"):
     jitted = jax.jit(lambda r, n=name: adv.compute_advantages(n, r, group_size=2))
     np.testing.assert_allclose(jitted(rewards), adv.compute_advantages(name, rewards, group_size=2))
 
