@@ -4,6 +4,11 @@ Rules, in order:
   * Equations: `x = 5` against a non-equation compares the right-hand side; two equations are
     equal when lhs - rhs agree up to sign.
   * Tuples: same length, elementwise equal, in order.
+  * Intervals and unions of intervals (`math_parser.Interval`, `IntervalUnion`): the same
+    pieces in any order, each with equal endpoints (compared as values, as below) and the same
+    open/closed ends; an end at +-infinity is open whatever its bracket. Pieces are not merged:
+    `[0, 1] \\cup [1, 2]` is not `[0, 2]`. A pair `(a, b)` against an interval is read as the
+    open interval; against a pair it stays a pair.
   * Expressions without variables: exact rationals compare exactly; otherwise both sides are
     evaluated to 50 significant digits and compared with relative tolerance `rel_tol` when either
     side was written as a decimal, else 1e-30 (numerically exact: `\\sqrt{8}` = `2\\sqrt{2}`).
@@ -145,6 +150,62 @@ def _values_equal(a: sympy.Basic, b: sympy.Basic, *, rel_tol: float,
   return expressions_equal(a, b, rel_tol=rel_tol, decimal=decimal)
 
 
+def _pieces(parsed: math_parser.Parsed) -> Optional[list[math_parser.Interval]]:
+  """The intervals of a parsed answer (a pair in round brackets is the open interval)."""
+  value = parsed.value
+  if isinstance(value, math_parser.Interval):
+    return [value]
+  if isinstance(value, math_parser.IntervalUnion):
+    return list(value.parts)
+  if parsed.open_pair:
+    return [math_parser.Interval(value[0], value[1], True, True)]
+  return None
+
+
+def _ends(piece: math_parser.Interval) -> tuple[bool, bool]:
+  # [0, oo] is the same set of reals as [0, oo): an infinite end is never a member.
+  return (piece.left_open or piece.left.is_infinite is True,
+          piece.right_open or piece.right.is_infinite is True)
+
+
+def _pieces_equal(a: math_parser.Interval, b: math_parser.Interval, *, rel_tol: float,
+                  decimal: bool) -> bool:
+  if _ends(a) != _ends(b):
+    return False
+  return all(expressions_equal(x, y, rel_tol=rel_tol, decimal=decimal)[0]
+             for x, y in ((a.left, b.left), (a.right, b.right)))
+
+
+def intervals_equal(a: list[math_parser.Interval], b: list[math_parser.Interval], *,
+                    rel_tol: float, decimal: bool) -> tuple[bool, str]:
+  """Whether two unions of intervals have the same pieces, in any order; (equal, reason).
+
+  Each piece of `a` is matched with an unmatched equal piece of `b` (O(len(a) * len(b))
+  comparisons; the parser's token bound keeps both short).
+  """
+  if len(a) != len(b):
+    return False, f"{len(a)} interval(s) against {len(b)}"
+  unmatched = list(b)
+  for piece in a:
+    match = next((i for i, other in enumerate(unmatched)
+                  if _pieces_equal(piece, other, rel_tol=rel_tol, decimal=decimal)), None)
+    if match is None:
+      return False, "intervals differ (endpoints or open/closed ends)"
+    unmatched.pop(match)
+  return True, "same intervals"
+
+
+def _parsed_equal(a: math_parser.Parsed, r: math_parser.Parsed, *, rel_tol: float,
+                  decimal: bool) -> tuple[bool, str]:
+  interval_types = (math_parser.Interval, math_parser.IntervalUnion)
+  if isinstance(a.value, interval_types) or isinstance(r.value, interval_types):
+    pa, pr = _pieces(a), _pieces(r)
+    if pa is None or pr is None:
+      return False, "interval against a non-interval"
+    return intervals_equal(pa, pr, rel_tol=rel_tol, decimal=decimal)
+  return _values_equal(a.value, r.value, rel_tol=rel_tol, decimal=decimal)
+
+
 def _readings(text: str, percent: bool) -> list[math_parser.Parsed]:
   first = math_parser.parse_math(text, percent_mode="strip")
   if percent and first.percent:
@@ -177,8 +238,7 @@ def compare_answers(answer: str, reference: str, *, rel_tol: float,
   why = "not equal"
   for a in answers:
     for r in references:
-      same, how = _values_equal(a.value, r.value, rel_tol=rel_tol,
-                                decimal=a.decimal or r.decimal)
+      same, how = _parsed_equal(a, r, rel_tol=rel_tol, decimal=a.decimal or r.decimal)
       if same:
         return True, how
       why = how

@@ -15,6 +15,8 @@ import dataclasses
 import re
 from typing import Callable, Optional, Sequence
 
+from rlscale.tasks import units
+
 # "full" (the whole response is the answer) is opt-in: it suits models that answer bare text.
 EXTRACTORS = ("boxed", "answer_tag", "gsm8k", "last_number", "full")
 DEFAULT_ORDER = ("boxed", "answer_tag", "gsm8k", "last_number")
@@ -29,10 +31,16 @@ _ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
 # by `[ \t]*$` would retry the blank run at every position (quadratic on a long blank line).
 _GSM8K_RE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
 # A number not glued to a preceding letter, digit or dot: signed, thousands commas, decimals,
-# an optional "/int" fraction or trailing "%"; or a LaTeX fraction of integers.
+# scientific notation read as one number (mantissa "e"/"E" signed exponent, or LaTeX
+# "\times 10^{k}", "\cdot 10^k" or "\u00d7 10^k" after the mantissa), an optional "/int" fraction,
+# a trailing "%", "\%" or percent word; or a LaTeX fraction of integers.
 _LAST_NUMBER_RE = re.compile(
     r"-?\\[dt]?frac\{-?\d+\}\{\d+\}"
-    r"|(?<![A-Za-z0-9.])-?(?:\d{1,3}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?![\d.]))?%?",
+    r"|(?<![A-Za-z0-9.])-?(?:\d{1,3}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?"
+    r"(?:[eE][+-]?\d+(?![A-Za-z\d])"
+    r"|\s*(?:\\times|\\cdot|\u00d7)\s*10\s*\^\s*(?:\{\s*[+-]?\d+\s*\}|[+-]?\d+))?"
+    r"(?:\s*/\s*\d+(?![\d.]))?"
+    r"(?:\\?%|\s?(?:percent|per cent)(?![A-Za-z]))?",
     re.ASCII)
 
 
@@ -174,10 +182,15 @@ def gsm8k(text: str) -> Optional[str]:
 
 
 def last_number(text: str) -> Optional[str]:
-  """The last number in the text: "-1,234.5", "3/4", "50%", "\\frac{1}{2}" (ASCII digits only)."""
+  """The last number in the text: "-1,234.5", "3/4", "50%", "28 percent", "1e-1",
+  "3 \\times 10^{8}", "\\frac{1}{2}" (ASCII digits only).
+
+  The exponent of a unit is not a number of its own: "The area is 5 cm^2." gives "5".
+  """
   last = None
-  for last in _LAST_NUMBER_RE.finditer(text):
-    pass
+  for m in _LAST_NUMBER_RE.finditer(text):
+    if not units.is_unit_exponent(text, m.start()):
+      last = m
   return last.group(0) if last else None
 
 

@@ -14,6 +14,12 @@ limit.)
 Conventions: implicit multiplication (`2x`, `2\\sqrt{2}`, `(x+1)(x-1)`, `xy`) except before a
 number; `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
 a top-level comma list is an ordered tuple; `a = b` is an equation.
+
+Intervals: two values between brackets of which at least one is square, `[a, b]`, `(a, b]`,
+`[a, b)`, are an `Interval` (ends open or closed as written, `\\infty` allowed); `(a, b)` alone
+is a pair (a `sympy.Tuple`, flagged `Parsed.open_pair`, which the verifier also reads as the
+open interval when the other side is an interval); pieces joined by `\\cup` are an
+`IntervalUnion` (each `(a, b)` piece is then open); `x \\in S` is the set S.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import fractions
 import re
-from typing import Optional
+from typing import Any, Optional
 
 import sympy
 
@@ -38,18 +44,38 @@ class ParseError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Interval:
+  """An interval of real numbers as written: endpoints (sympy Expr, `-oo`/`oo` allowed) and
+  whether each end is open (round bracket) or closed (square bracket)."""
+  left: sympy.Expr
+  right: sympy.Expr
+  left_open: bool
+  right_open: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class IntervalUnion:
+  """A union of intervals written with `\\cup`, pieces in the order written."""
+  parts: tuple[Interval, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Parsed:
   """A parsed answer.
 
   Attributes:
-    value: sympy Expr, `sympy.Eq` (unevaluated) or `sympy.Tuple` of those.
+    value: sympy Expr, `sympy.Eq` (unevaluated), `sympy.Tuple` of those, `Interval` or
+      `IntervalUnion`.
     decimal: True if any number was written with a decimal point or exponent (the verifier then
       compares with the relative tolerance).
     percent: True if a `%` appeared.
+    open_pair: True if the whole answer is a pair in round brackets, `(a, b)`: a point, or the
+      open interval from a to b (`rlscale.tasks.equivalence` decides by the other side).
   """
-  value: sympy.Basic
+  value: Any
   decimal: bool
   percent: bool
+  open_pair: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +166,8 @@ def _command(name: str) -> _Token:
     return _Token("op", "*")
   if name == "div":
     return _Token("op", "/")
+  if name in ("cup", "in"):
+    return _Token("op", name)
   raise ParseError(f"unsupported command \\{name}")
 
 
@@ -188,11 +216,25 @@ def checked_pow(base: sympy.Expr, exponent: sympy.Expr) -> sympy.Expr:
   return sympy.Pow(base, exponent)
 
 
-def _expr(value: sympy.Basic) -> sympy.Expr:
-  """Operand check: tuples and equations may only stand alone, never inside arithmetic."""
+def _expr(value: Any) -> sympy.Expr:
+  """Operand check: tuples, intervals and equations may only stand alone, never in arithmetic."""
   if not isinstance(value, sympy.Expr):
-    raise ParseError("arithmetic on a tuple or equation")
+    raise ParseError("arithmetic on a tuple, interval or equation")
   return value
+
+
+def _interval(value: Any, left_open: bool, right_open: bool) -> Interval:
+  """A pair of values as an interval with the given ends."""
+  if not (isinstance(value, sympy.Tuple) and len(value) == 2):
+    raise ParseError("an interval needs two endpoints")
+  return Interval(_expr(value[0]), _expr(value[1]), left_open, right_open)
+
+
+def _as_set(value: Any) -> Interval | IntervalUnion:
+  """A piece of a union or the right side of `\\in`: an interval, or a pair read as open."""
+  if isinstance(value, (Interval, IntervalUnion)):
+    return value
+  return _interval(value, True, True)
 
 
 class _Parser:
@@ -205,6 +247,7 @@ class _Parser:
     self.percent_mode = percent_mode
     self.decimal = False
     self.percent = False
+    self.pair_span = (-1, -1)  # token span of the last "(a, b)" pair
 
   # --- token helpers
   def peek(self) -> Optional[_Token]:
@@ -240,12 +283,39 @@ class _Parser:
       raise ParseError(f"unexpected {self.peek().text!r}")
     return value
 
-  def comma_list(self) -> sympy.Basic:
-    items = [self.equation()]
+  def comma_list(self) -> Any:
+    items = [self.membership()]
     while self.at_op(","):
       self.take()
-      items.append(self.equation())
-    return sympy.Tuple(*items) if len(items) > 1 else items[0]
+      items.append(self.membership())
+    if len(items) == 1:
+      return items[0]
+    if any(isinstance(item, (Interval, IntervalUnion)) for item in items):
+      # Refused here rather than handed to sympy.Tuple, which would sympify a foreign object.
+      raise ParseError("a list of intervals is not supported")
+    return sympy.Tuple(*items)
+
+  def membership(self) -> Any:
+    """`x \\in S` is the set S (x a single variable); otherwise a union or an equation."""
+    value = self.union()
+    if not self.at_op("in"):
+      return value
+    self.take()
+    if not isinstance(value, sympy.Symbol):
+      raise ParseError("only a variable may stand before \\in")
+    return _as_set(self.union())
+
+  def union(self) -> Any:
+    value = self.equation()
+    if not self.at_op("cup"):
+      return value
+    parts = [_as_set(value)]
+    while self.at_op("cup"):
+      self.take()
+      parts.append(_as_set(self.equation()))
+    flat = [p for part in parts for p in (part.parts if isinstance(part, IntervalUnion) else
+                                          (part,))]
+    return IntervalUnion(tuple(flat))
 
   def equation(self) -> sympy.Basic:
     lhs = self.sum()
@@ -255,6 +325,8 @@ class _Parser:
     rhs = self.sum()
     if self.at_op("="):
       raise ParseError("chained equation")
+    if isinstance(lhs, (Interval, IntervalUnion)) or isinstance(rhs, (Interval, IntervalUnion)):
+      raise ParseError("an equation with an interval; write x \\in [a, b]")
     return sympy.Eq(lhs, rhs, evaluate=False)
 
   def sum(self) -> sympy.Expr:
@@ -319,6 +391,8 @@ class _Parser:
       return sympy.Symbol(t.text)
     if t.kind == "const":
       return _CONSTANTS[t.text]
+    if t.kind == "op" and t.text in "([":
+      return self.bracketed(t.text)
     if t.kind == "op" and t.text in _CLOSE:
       self.enter()
       value = self.comma_list()
@@ -331,6 +405,26 @@ class _Parser:
       self.depth -= 1
       return value
     raise ParseError(f"unexpected {t.text!r}")
+
+  def bracketed(self, opening: str) -> Any:
+    """After `(` or `[`: a group, a tuple, or an interval when a square bracket is involved."""
+    start = self.pos - 1
+    self.enter()
+    value = self.comma_list()
+    closing = self.take()
+    if closing.kind != "op" or closing.text not in ")]":
+      raise ParseError(f"expected ')' or ']', found {closing.text!r}")
+    self.depth -= 1
+    pair = isinstance(value, sympy.Tuple) and len(value) == 2
+    if opening + closing.text == "()":
+      if pair:
+        self.pair_span = (start, self.pos)
+      return value
+    if pair:
+      return _interval(value, opening == "(", closing.text == ")")
+    if opening + closing.text == "[]":
+      return value  # [x + 1] grouping, [1, 2, 3] list
+    raise ParseError(f"mismatched brackets {opening}...{closing.text} around other than a pair")
 
   def function(self, name: str) -> sympy.Expr:
     if name == "frac":
@@ -390,4 +484,5 @@ def parse_math(text: str, *, percent_mode: str = "strip") -> Parsed:
   except (TypeError, AttributeError, sympy.SympifyError) as e:
     # e.g. "(1,2)*3": sympy refuses arithmetic on a Tuple.
     raise ParseError(f"ill-formed expression ({type(e).__name__})") from None
-  return Parsed(value, parser.decimal, parser.percent)
+  open_pair = parser.pair_span == (0, len(parser.tokens))
+  return Parsed(value, parser.decimal, parser.percent, open_pair)

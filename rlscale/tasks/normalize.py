@@ -2,7 +2,8 @@
 
 Pure string rewriting (no sympy, no eval): unicode operators to ASCII, math delimiters and spacing
 commands removed, `\\dfrac`/`\\tfrac` to `\\frac`, digit-group separators (`1\\,000`, `1{,}000`)
-to commas, `\\text{...}` units dropped, trailing sentence punctuation removed. Everything here is
+to commas, units dropped with their exponents (`rlscale.tasks.units`: "5\\text{ cm}^2" -> "5",
+"28 percent" -> "28%"), trailing sentence punctuation removed. Everything here is
 linear in the input length (anchored or bounded regexes only).
 """
 
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import re
 
+from rlscale.tasks import units
+
 # Unicode that models (and LaTeX-to-text converters) use for ASCII operators.
 _UNICODE = {
     "\u2212": "-", "\u2013": "-", "\u00d7": "*", "\u00b7": "*", "\u22c5": "*", "\u2217": "*",
     "\u00f7": "/", "\u03c0": r"\pi ", "\u221a": r"\sqrt", "\u00a0": " ", "\u2009": " ",
     "\u202f": " ", "\u2002": " ", "\u2003": " ", "\u00b0": "", "\u221e": r"\infty ",
+    "\u222a": r" \cup ", "\u2208": r" \in ",
 }
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 # Group separator between digit groups of three: 1\,000  1{,}000  1~000  1\ 000.
@@ -27,7 +31,7 @@ _DROP_RE = re.compile(
 _PERCENT_RE = re.compile(r"\\%")
 _FRAC_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _STYLE_RE = re.compile(r"\\(?:mathrm|mathbf|boldsymbol|operatorname|mathit|textit)\s*\{([^{}]*)\}")
-_TEXT_RE = re.compile(r"\\(?:text|textbf|mbox|textrm)\s*\{([^{}]*)\}")
+_TEXT_RE = re.compile(r"\\(?:text|textbf|mbox|textrm|textnormal|textup) ?\{([^{}]*)\}")
 _DELIMS = ((r"\(", r"\)"), (r"\[", r"\]"), ("$$", "$$"), ("$", "$"))
 _WS_RE = re.compile(r"\s+")
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z '\-]*[A-Za-z]")
@@ -37,6 +41,7 @@ def normalize_answer(text: str) -> str:
   """Canonical text of an extracted answer (or reference) before parsing.
 
   Examples: "$\\dfrac{1}{2}$" -> "\\frac{1}{2}"; "1\\,000" -> "1,000"; "18 \\text{ cm}." -> "18";
+  "5\\text{ cm}^2" -> "5"; "18 meters" -> "18"; "28 percent" -> "28%";
   "\\text{Paris}" -> "Paris"; "\u22123" -> "-3"; "50\\%" -> "50%"; "90^\\circ" -> "90".
 
   Args:
@@ -55,10 +60,13 @@ def normalize_answer(text: str) -> str:
   s = _PERCENT_RE.sub("%", s)
   s = _GROUP_SEP_RE.sub(",", s)
   s = _SPACING_RE.sub(" ", s)
+  s = _WS_RE.sub(" ", s).strip()
+  whole_text = _TEXT_RE.fullmatch(s)
+  # A whole-answer \text{...} is a word answer (or "5 cm"); other wrappers hold units, comments
+  # or roman-type maths (rlscale.tasks.units).
+  s = whole_text.group(1) if whole_text else s
+  s = units.drop_units(s)
   s = _STYLE_RE.sub(r"\1", s)
-  whole_text = _TEXT_RE.fullmatch(s.strip())
-  # A whole-answer \text{...} is a word answer; \text{...} after a value is a unit or comment.
-  s = whole_text.group(1) if whole_text else _TEXT_RE.sub(" ", s)
   s = _WS_RE.sub(" ", s).strip()
   return s.rstrip(".;").rstrip() if not s.endswith("..") else s
 

@@ -57,6 +57,7 @@ class VerifierConfig:
       comma-separated string).
     rel_tol: relative tolerance when either side is written as a decimal (0 = exact).
     percent: whether "x%" may also mean x/100 (a trailing % always may be dropped: "50%" = "50").
+      "x percent", "x per cent" and "x\\text{ percent}" are read as "x%".
     timeout_s: hard wall-clock limit in seconds for one sympy comparison (worker process). The
       default 0.9 s keeps a runaway under 1 s in all: killing and restarting the worker adds
       10-50 ms (1.0 gave 1.01-1.05 s).

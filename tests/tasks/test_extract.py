@@ -85,6 +85,11 @@ def test_deeply_nested_boxes_unwrap_to_the_innermost_answer_without_recursion():
     ("last_number", "1" + " " * 100_000 + "/", "1"),
     ("boxed", "\\boxed{" * 20_000, extract.ExtractionError),
     ("boxed", "\\boxed x " * 20_000, "x"),
+    ("last_number", "1e" * 50_000, "1"),
+    ("last_number", "1 \\times 10^" * 10_000, "10"),  # the final "10^" has no exponent
+    ("last_number", r"5\text{ cm}^" * 20_000 + "2", "5"),
+    ("last_number", "5 cm^" * 20_000 + "2", "5"),
+    ("last_number", "1" + " " * 100_000 + "percent", "1"),  # a percent word is one space away
 ])
 def test_pathological_shapes_stay_linear(name, text, expected):
   fn = extract._FUNCTIONS[name]  # pylint: disable=protected-access
@@ -107,6 +112,15 @@ def _swallow(fn, text):
     ("17", "17"), ("a -3", "-3"), ("3-5", "5"), ("1,234.5 then", "1,234.5"),
     ("rate 3/4", "3/4"), ("50%", "50%"), (r"is \frac{1}{2}", r"\frac{1}{2}"),
     ("x2", None), ("\uff11\uff17", None), ("v1.5", None), ("", None),
+    # scientific notation is one number; a percent word or \\% stays with its number
+    ("The probability is 1e-1.", "1e-1"), ("6.02E23 atoms", "6.02E23"), ("3.0e+8", "3.0e+8"),
+    (r"c = 3 \times 10^{8} m/s", r"3 \times 10^{8}"), (r"1.5\cdot10^-3", r"1.5\cdot10^-3"),
+    ("5 \u00d7 10^3", "5 \u00d7 10^3"), ("2e5x", "2"), ("x = 3e", "3"), ("v1e5", None),
+    ("it is 28 percent", "28 percent"), ("50 per cent off", "50 per cent"), (r"28\% of", r"28\%"),
+    ("28 percentile", "28"),
+    # the exponent of a unit is not a number of its own
+    ("The area is 5 cm^2.", "5"), (r"so 5\text{ cm}^{2}", "5"), ("3 km ^ {-1}", "3"),
+    ("x^2", "2"), ("8 m^3", "3"),  # a bare letter may be a variable
 ])
 def test_last_number(text, expected):
   assert extract.last_number(text) == expected
@@ -139,9 +153,35 @@ def test_reference_answer():
     (r"18 \text{ cm}.", "18"), (r"\text{Paris}", "Paris"), ("\u22123", "-3"),
     (r"50\%", "50%"), (r"90^\circ", "90"), (r"\left( x \right)", "( x )"), ("3 \u00d7 4", "3 * 4"),
     (r"\(x\)", "x"), (r"\$5", "5"),
+    # units with their exponents, in every wrapper and bare after a number
+    (r"5\text{ cm}^2", "5"), (r"5\text{ cm}^{2}", "5"), (r"5\mathrm{cm^2}", "5"),
+    (r"5 \mathrm{cm}^2", "5"), (r"5\mbox{ m/s}", "5"), (r"5\textrm{ m}", "5"),
+    (r"5\operatorname{cm}^3", "5"), (r"12\,\mathrm{m\,s^{-1}}", "12"), (r"5 \text {cm}", "5"),
+    ("5 cm^2", "5"), ("18 meters", "18"), ("60 km/h", "60"), ("5 square meters", "5"),
+    ("7 meters per second", "7"), (r"\frac{1}{2} cm", r"\frac{1}{2}"), (r"\text{5 kg}", "5"),
+    (r"x \text{ cm}^2", "x"), ("4 ft^2", "4"), ("2 days", "2"),
+    ("5 m", "5 m"), ("5 m/s", "5 m/s"), ("5 sec x", "5 sec x"),  # bare letters, the secant
+    (r"\mathrm{e}^{x}", "e^{x}"), (r"\operatorname{min}(a, b)", "min(a, b)"),  # maths, kept
+    (r"\mathrm{m}", "m"), (r"2\mathrm{m}", "2"),  # a unit only after a value
+    # percent words become %
+    ("28 percent", "28%"), ("28 per cent", "28%"), (r"28\text{ percent}", "28%"),
+    (r"28 \text{\%}", "28%"), ("28 percentile", "28 percentile"),
+    # intervals: unicode union and membership
+    ("(1, 2) \u222a [3, \u221e)", r"(1, 2) \cup [3, \infty )"),
+    ("x \u2208 [0, 1]", r"x \in [0, 1]"),
 ])
 def test_normalize(text, expected):
   assert normalize.normalize_answer(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "1 cm/" * 10_000, "1 cm^" * 10_000, r"1\text{ cm}^" * 5_000, r"\mathrm{" * 10_000,
+    "1 square " * 10_000, "1" + " meters per" * 10_000, "1 km km km" * 5_000,
+    r"1\mathrm{m s^{-1} s^{-1} " * 2_500 + "}", "1 percent" * 10_000,
+])
+def test_unit_patterns_stay_linear(text):
+  # References are not bounded by max_answer_chars, so normalising must be linear too.
+  assert _fastest_s(normalize.normalize_answer, text) < 0.2
 
 
 def test_word_answers():

@@ -31,6 +31,69 @@ def test_parse_structures_and_flags():
   assert math_parser.parse_math("50%").percent
 
 
+oo = sympy.oo
+I = math_parser.Interval
+
+
+@pytest.mark.parametrize("text, value, open_pair", [
+    ("[1, 2]", I(1, 2, False, False), False),
+    (r"(-\infty, 0]", I(-oo, 0, True, False), False),
+    ("[x, 2y)", I(x, 2 * y, False, True), False),
+    ("(1, 2)", sympy.Tuple(1, 2), True),  # a pair; the verifier may read it as open
+    ("((1, 2))", sympy.Tuple(1, 2), True),
+    ("1, 2", sympy.Tuple(1, 2), False),
+    ("(1, 2), 3", sympy.Tuple(sympy.Tuple(1, 2), 3), False),
+    ("[1, 2, 3]", sympy.Tuple(1, 2, 3), False),  # a list, not an interval
+    ("[x + 1]", x + 1, False),  # square brackets as grouping
+    (r"(1, 2) \cup [3, \infty)",
+     math_parser.IntervalUnion((I(1, 2, True, True), I(3, oo, False, True))), False),
+    (r"[0, 1] \cup (2, 3) \cup [4, 5)",
+     math_parser.IntervalUnion((I(0, 1, False, False), I(2, 3, True, True),
+                                I(4, 5, False, True))), False),
+    (r"x \in (0, 1]", I(0, 1, True, False), False),
+    (r"x \in (0, 1)", I(0, 1, True, True), False),  # after \in a pair is a set
+])
+def test_parse_intervals(text, value, open_pair):
+  parsed = math_parser.parse_math(text)
+  assert (parsed.value, parsed.open_pair) == (value, open_pair)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("(1, 2, 3]", "mismatched brackets"),
+    ("[1)", "mismatched brackets"),
+    ("[1, 2] + 1", "arithmetic on a tuple, interval or equation"),
+    ("2[0, 1]", "arithmetic on a tuple, interval or equation"),
+    (r"[0, 1] \cup 2", "an interval needs two endpoints"),
+    (r"2x \in [0, 1]", "only a variable may stand before"),
+    ("[(1, 2), 3]", "arithmetic on a tuple"),
+    ("[1, 2], [3, 4]", "a list of intervals is not supported"),
+    ("x = [1, 2]", "an equation with an interval"),
+    (r"\cup", "unexpected"),
+    ("[1, 2", "unexpected end"),
+])
+def test_interval_parse_errors(text, message):
+  with pytest.raises(math_parser.ParseError, match=message):
+    math_parser.parse_math(text)
+
+
+@pytest.mark.parametrize("a, b, equal, how", [
+    ("(1, 2)", "[1, 2]", False, "intervals differ (endpoints or open/closed ends)"),
+    (r"(-\infty, 0]", r"(-\infty,0]", True, "same intervals"),
+    ("[0.5, 1)", r"[\frac12, 1)", True, "same intervals"),
+    (r"[\sqrt{8}, 3]", r"[2\sqrt{2}, 3]", True, "same intervals"),
+    (r"[0, \infty]", r"[0, \infty)", True, "same intervals"),
+    (r"(-\infty, 0) \cup (1, \infty)", r"(1, \infty) \cup (-\infty, 0)", True,
+     "same intervals"),
+    (r"[0, 1] \cup [1, 2]", "[0, 2]", False, "2 interval(s) against 1"),  # pieces not merged
+    ("(1, 2)", "(1, 2)", True, "tuple elementwise"),  # pair against pair
+    ("(1, 2)", "1, 2", True, "tuple elementwise"),
+    ("[1, 2]", "1, 2", False, "interval against a non-interval"),
+    ("[1, 2]", "3", False, "interval against a non-interval"),
+])
+def test_compare_intervals(a, b, equal, how):
+  assert equivalence.compare_answers(a, b, rel_tol=1e-6, percent=False) == (equal, how)
+
+
 @pytest.mark.parametrize("text, message", [
     ("__import__('os')", "unsupported character '_'"),
     ("os.system('ls')", "unsupported character '.'"),

@@ -219,6 +219,73 @@ ROWS = [
     (r"\boxed{1}" + "x" * 70000, "1", 0, {}),
 ]
 
+# Kinds added for issue 12 (answers as real users hand them in). The first rows of each kind are
+# the issue's cases, the rest are further instances of the same kind.
+INTERVAL_ROWS = [
+    (r"\boxed{(1, 2)}", "[1, 2]", 0, {}),  # open ends against closed ends (was 1: both pairs)
+    (r"\boxed{(-\infty, 0]}", r"(-\infty,0]", 1, {}),  # half-open with infinity (was 0)
+    (r"\boxed{[1, 2]}", "[1,2]", 1, {}),
+    (r"\boxed{[1, 2)}", "[1, 2]", 0, {}),
+    (r"\boxed{(1, 2]}", "(1, 2)", 0, {}),  # a pair against an interval reads as open
+    (r"\boxed{(2, 1)}", "[1, 2]", 0, {}),
+    (r"\boxed{(0, \infty)}", r"(0,\infty)", 1, {}),  # a pair against a pair stays a pair
+    (r"\boxed{[0.5, 2)}", r"[\frac{1}{2}, 2)", 1, {}),  # endpoints compare as values
+    (r"\boxed{\left[ 1, \sqrt{4} \right)}", "[1, 2)", 1, {}),
+    ("\\boxed{(-\u221e, 3]}", r"(-\infty, 3]", 1, {}),
+    (r"\boxed{[0, \infty]}", r"[0, \infty)", 1, {}),  # an infinite end is never a member
+    (r"\boxed{(-\infty, 0) \cup (1, \infty)}", r"(1,\infty)\cup(-\infty,0)", 1, {}),
+    (r"\boxed{(-\infty, 0) \cup (1, \infty)}", r"(-\infty,0]\cup(1,\infty)", 0, {}),
+    (r"\boxed{(-\infty, 0)}", r"(-\infty,0)\cup(1,\infty)", 0, {}),
+    (r"\boxed{[-2, -1] \cup [1, 2] \cup [3, 4)}", "[3,4) \\cup [-2,-1] \\cup [1,2]", 1, {}),
+    (r"\boxed{x \in [2, 5]}", "[2, 5]", 1, {}),
+    (r"\boxed{[2, 5]}", "2, 5", 0, {}),  # an interval is not a list of two numbers
+    (r"\boxed{[a, b)}", "[a, b)", 1, {}),
+]
+UNIT_ROWS = [
+    (r"\boxed{5\text{ cm}^2}", "25", 0, {}),  # the unit's exponent went to the number (was 1)
+    (r"\boxed{5\text{ cm}^2}", "5", 1, {}),
+    (r"\boxed{5 \mathrm{cm}^{2}}", "5", 1, {}),
+    (r"\boxed{5\mbox{ m}^3}", "125", 0, {}),
+    (r"\boxed{5\textrm{ km}^2}", "5", 1, {}),
+    (r"\boxed{9.8 \operatorname{m/s}^2}", "9.8", 1, {}),
+    (r"\boxed{12\,\mathrm{m\,s^{-1}}}", "12", 1, {}),
+    (r"\boxed{18 meters}", "18", 1, {}),
+    (r"\boxed{4 ft^2}", "16", 0, {}),
+    (r"\boxed{4 ft^2}", "4", 1, {}),
+    (r"\boxed{60 km/h}", "60", 1, {}),
+    (r"\boxed{5 square meters}", "5", 1, {}),
+    ("The area is 5 cm^2.", "5", 1, {}),  # last number: the unit's exponent is not the answer
+    (r"The area is 5\text{ cm}^{2}", "2", 0, {}),
+    (r"\boxed{2\mathrm{e}^{x}}", "2e^x", 1, {}),  # roman-type maths is not a unit
+    (r"\boxed{3 m}", "3", 0, {}),  # a bare single letter may be a variable: 3m
+]
+SCIENTIFIC_ROWS = [
+    ("The probability is 1e-1.", "0.1", 1, {}),  # was 1 extracted, reward 0
+    ("The probability is 1e-1.", "1", 0, {}),
+    ("so c = 3 \\times 10^{8} m/s", "300000000", 1, {}),
+    ("about 6.02E23 atoms", r"6.02 \times 10^{23}", 1, {}),
+    ("it is 1.5 \\times 10^{-3}", "0.0015", 1, {}),
+    ("roughly 2.5e-1", "1/4", 1, {}),
+    ("roughly 2.5e-1", "2.5", 0, {}),
+    ("it is 3.0E+8", "3e8", 1, {}),
+    ("5 \\cdot 10^-3", "0.005", 1, {}),
+    ("the mass is 2e3 kg", "2000", 1, {}),
+]
+PERCENT_WORD_ROWS = [
+    (r"\boxed{28 percent}", r"28\%", 1, {}),  # was 0
+    (r"\boxed{28\%}", r"28\%", 1, {}),
+    (r"\boxed{28 percent}", "0.28", 1, PCT),  # follows task.percent as % does
+    (r"\boxed{28 percent}", "0.28", 0, {}),
+    ("The rate is 12.5 percent", r"\frac{1}{8}", 1, PCT),
+    ("The rate is 12.5 percent", "12.5", 1, {}),
+    (r"\boxed{50 per cent}", "50%", 1, {}),
+    (r"\boxed{50\text{ percent}}", "0.5", 1, PCT),
+    (r"\boxed{0.5}", "50 percent", 1, PCT),
+    (r"\boxed{40 percent}", "0.5", 0, PCT),
+]
+NEW_KIND_ROWS = INTERVAL_ROWS + UNIT_ROWS + SCIENTIFIC_ROWS + PERCENT_WORD_ROWS
+ROWS = ROWS + NEW_KIND_ROWS
+
 
 def _score(row):
   response, reference, _, overrides = row
@@ -287,6 +354,46 @@ MATH_VERIFY_DISAGREEMENTS = {
         "word answer; math-verify reads the reference True as E*r*t*u.",
     ("<answer>no  solution</answer>", "No Solution"):
         "word answers compare as case-folded, whitespace-collapsed text.",
+    # Issue 12's kinds (rerun with math-verify 0.9.0).
+    ("\\boxed{(-\u221e, 3]}", r"(-\infty, 3]"):
+        "math-verify does not read the unicode infinity sign and extracts 3; \u221e is \\infty.",
+    (r"\boxed{9.8 \operatorname{m/s}^2}", "9.8"):
+        "math-verify leaves a unit in \\operatorname unparsed; every unit wrapper is dropped "
+        "with its exponent.",
+    (r"\boxed{4 ft^2}", "4"):
+        "math-verify reads the bare unit as the product 4*f*t^2; ft^2 after a number is a unit.",
+    (r"\boxed{60 km/h}", "60"):
+        "math-verify reads 60*k*m/h; km/h after a number is a unit.",
+    (r"\boxed{2\mathrm{e}^{x}}", "2e^x"):
+        "math-verify drops \\mathrm{e}^{x} as if it were a unit and extracts 2; roman-type e is "
+        "Euler's number, and only unit words in \\mathrm are units.",
+    (r"\boxed{3 m}", "3"):
+        "math-verify drops a bare single letter after a number as a unit; ours keeps it, since "
+        "'3 m' may be 3 times the variable m (only words of two or more letters, or units in a "
+        "wrapper like \\text{m}, are dropped bare).",
+    ("The probability is 1e-1.", "0.1"):
+        "math-verify extracts 1 from plain-text scientific notation; 1e-1 is one number, 0.1.",
+    ("The probability is 1e-1.", "1"):
+        "same: the answer is 1e-1 = 0.1, not its mantissa.",
+    ("so c = 3 \\times 10^{8} m/s", "300000000"):
+        "math-verify extracts the base 10 of the power; 3 \\times 10^{8} is one number.",
+    ("about 6.02E23 atoms", r"6.02 \times 10^{23}"):
+        "math-verify extracts the mantissa 6.02; 6.02E23 is one number.",
+    ("it is 1.5 \\times 10^{-3}", "0.0015"):
+        "math-verify extracts 10; 1.5 \\times 10^{-3} is one number.",
+    ("roughly 2.5e-1", "1/4"):
+        "math-verify extracts the mantissa 2.5; 2.5e-1 = 1/4.",
+    ("roughly 2.5e-1", "2.5"):
+        "same: the answer is 2.5e-1 = 0.25, not its mantissa 2.5.",
+    ("it is 3.0E+8", "3e8"):
+        "math-verify extracts 3.0 and reads the reference 3e8 as 3*e*8; both are 300000000.",
+    ("5 \\cdot 10^-3", "0.005"):
+        "math-verify drops the mantissa and extracts 10^-3; 5 \\cdot 10^-3 is one number.",
+    ("the mass is 2e3 kg", "2000"):
+        "math-verify extracts 2; 2e3 is one number, 2000.",
+    (r"\boxed{28 percent}", "0.28"):
+        "math-verify always reads x percent as x/100; ours does so only where the task says so "
+        "(percent=True), exactly as for the % sign (see the PCT rows).",
 }
 
 

@@ -7,6 +7,14 @@ import sys
 
 import pytest
 
+from rlscale import verify
+from rlscale.tasks import verifier
+from tests.tasks.test_verifier_table import INTERVAL_ROWS
+from tests.tasks.test_verifier_table import NEW_KIND_ROWS
+from tests.tasks.test_verifier_table import PERCENT_WORD_ROWS
+from tests.tasks.test_verifier_table import SCIENTIFIC_ROWS
+from tests.tasks.test_verifier_table import UNIT_ROWS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -42,3 +50,35 @@ def test_cli_does_not_import_jax():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)).stdout
   assert out.strip() == "[]"
+
+
+def _cli_args(row):
+  """Command-line arguments that ask the CLI what `verifier.verify` is asked for a table row."""
+  response, reference, _, overrides = row
+  flags = {"percent": ["--percent"], "extract_order": ["--extract-order", "{}"],
+           "rel_tol": ["--rel-tol", "{}"]}
+  args = []
+  for name, value in overrides.items():
+    args += [a.format(value) for a in flags[name]] if value is not True else flags[name]
+  return (*args, "--", response, reference)
+
+
+def _api(row):
+  response, reference, _, overrides = row
+  score = verifier.verify(response, reference, verifier.VerifierConfig(**overrides))
+  return {"reward": score.reward, "extracted": score.extracted, "reason": score.reason}
+
+
+@pytest.mark.parametrize("row", NEW_KIND_ROWS, ids=[f"row{i}" for i in range(len(NEW_KIND_ROWS))])
+def test_cli_main_answers_as_the_api_for_every_new_row(row, capsys):
+  # In process (the same `main` that `python -m rlscale.verify` runs): one worker start for all.
+  assert verify.main(_cli_args(row)) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed == _api(row) and printed["reward"] == row[2]
+
+
+@pytest.mark.parametrize("row", [INTERVAL_ROWS[1], UNIT_ROWS[0], SCIENTIFIC_ROWS[0],
+                                 PERCENT_WORD_ROWS[2]])
+def test_cli_process_answers_as_the_api_for_each_new_kind(row):
+  code, out = _run(*_cli_args(row))
+  assert code == 0 and json.loads(out) == _api(row)

@@ -1,0 +1,142 @@
+r"""Units after a value in an answer: recognised, then dropped together with their exponent.
+
+"5 \text{ cm}^2", "5\mathrm{cm^2}", "5\mbox{ m/s}" and "5 square meters" all mean the number 5:
+the unit is not part of the value the verifier compares, and the exponent that belongs to it must
+go with it (leaving "^2" behind would turn 5 into 25). Every unit wrapper is treated alike:
+
+  * text wrappers (`\text`, `\textrm`, `\textbf`, `\mbox`, `\textnormal`, `\textup`) hold a unit
+    or a comment; either way they are dropped, with an exponent after the closing brace;
+  * math wrappers (`\mathrm`, `\operatorname`) right after a value are dropped with their
+    exponent when they hold a unit (`5\mathrm{cm}^2`); other content stays as maths
+    (`\mathrm{e}^{x}`, `\operatorname{min}(a, b)`);
+  * bare unit words right after a number ("18 meters", "5 cm^2", "60 km/h") are dropped with
+    their exponent. Single letters ("5 m") are left alone when bare, since "m" may be a
+    variable; inside a wrapper they are units.
+A percent word ("percent", "per cent", and `\%` or "%" inside a wrapper) becomes "%", so it
+follows `task.percent` exactly as "%" does.
+
+All patterns are linear: alternations of fixed words joined by one-character separators, run on
+text whose whitespace is already collapsed, with no two adjacent repeats that can trade characters.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Words that may be written with a plural "s" (or "es").
+_PLURAL_STEMS = (
+    "meter", "metre", "centimeter", "centimetre", "millimeter", "millimetre", "kilometer",
+    "kilometre", "inch", "yard", "mile", "gram", "kilogram", "milligram", "pound", "ounce", "ton",
+    "tonne", "liter", "litre", "milliliter", "millilitre", "gallon", "quart", "pint", "second",
+    "minute", "hour", "day", "week", "month", "year", "dollar", "cent", "euro", "degree",
+    "radian", "unit", "mph", "kph", "calorie", "joule", "newton", "watt", "volt", "kelvin")
+# Abbreviations of two or more letters, and irregular forms.
+_ABBREVIATIONS = (
+    "foot", "feet", "cm", "mm", "km", "ft", "yd", "mi", "kg", "mg", "lb", "lbs", "oz", "ml", "mL",
+    "min", "mins", "hr", "hrs", "deg", "rad", "kmh", "sq", "Pa", "kPa", "Hz", "kJ", "kW", "cal",
+    "kcal")
+# Units written as one letter, and "in" (also a word): units only inside a wrapper. "sec" is
+# left out everywhere (the secant).
+_WRAPPED_ONLY = ("m", "g", "s", "h", "L", "l", "K", "N", "J", "W", "V", "A", "in")
+_PREFIXES = r"(?:square|sq|cubic|cu)\.? "
+_EXPONENT = r"\^ ?(?:\{ ?[+-]? ?\d+ ?\}|[+-]?\d)"
+
+
+def _words(words) -> str:
+  return "|".join(sorted(words, key=len, reverse=True))
+
+
+_BARE_UNIT = rf"(?:{_PREFIXES})?(?:(?:{_words(_PLURAL_STEMS)})(?:es|s)?|{_words(_ABBREVIATIONS)})"
+_ANY_UNIT = rf"(?:{_PREFIXES})?(?:(?:{_words(_PLURAL_STEMS)})(?:es|s)?|" \
+            rf"{_words(_ABBREVIATIONS + _WRAPPED_ONLY)})"
+
+
+def _run(unit: str, joined: str) -> str:
+  """A unit with its exponent, optionally joined to more units: "km/h", "m s^{-1}", "N*m".
+
+  After "/" any unit may follow ("km/h"); after a space, "*", `\\cdot` or "per" only `joined`.
+  """
+  power = rf"(?![A-Za-z])(?: ?{_EXPONENT})?"
+  return (rf"{unit}{power}(?:(?: ?/ ?{_ANY_UNIT}|(?: ?\\cdot ?| ?\* ?| per | ){joined}){power})*")
+
+
+_PERCENT_WORD = r"(?:percent|per cent|%)(?![A-Za-z])"
+_WRAPPED_PERCENT_RE = re.compile(rf" ?{_PERCENT_WORD} ?", re.ASCII)
+_WRAPPED_UNIT_RE = re.compile(rf" ?{_run(_ANY_UNIT, _ANY_UNIT)} ?", re.ASCII)
+# Content may hold one level of braces: \mathrm{m s^{-1}}.
+_WRAPPER_RE = re.compile(
+    r"\\(text|textrm|textbf|mbox|textnormal|textup|mathrm|operatorname) ?"
+    rf"\{{((?:[^{{}}]|\{{[^{{}}]*\}})*)\}}( ?{_EXPONENT})?", re.ASCII)
+_TEXT_WRAPPERS = frozenset({"text", "textrm", "textbf", "mbox", "textnormal", "textup"})
+# A bare unit (or percent word) right after a digit or a closing brace ("\frac{1}{2} cm").
+_BARE_RE = re.compile(
+    rf"(?<=[\d}}]) ?(?:({_PERCENT_WORD})|{_run(_BARE_UNIT, _BARE_UNIT)})(?![A-Za-z])", re.ASCII)
+_VALUE_END = frozenset("0123456789})")
+
+
+# A unit word before "^" ("cm", "square meters"), and a wrapper that ends right before it.
+_BARE_UNIT_WORD_RE = re.compile(_BARE_UNIT, re.ASCII)
+_WRAPPER_BEFORE_RE = re.compile(
+    r"\\(?:text|textrm|textbf|mbox|textnormal|textup|mathrm|operatorname) ?\{[^{}]*\}$")
+_LOOK_BACK = 48  # longer than any unit in a wrapper, with its spacing
+_MAX_WORD = 16  # longer than any unit word
+
+
+def is_unit_exponent(text: str, start: int) -> bool:
+  """Whether the number at `text[start]` is the exponent of a unit ("5 cm^2", "5\\text{ m}^{3}").
+
+  Looks a bounded number of characters back (at most `_LOOK_BACK`), so calling it for every
+  number of a text stays linear. Bare single letters ("m^2") are not units (see module doc).
+  """
+  i = start
+  while i > 0 and start - i < 4 and text[i - 1] in " {+-":
+    i -= 1
+  if i == 0 or text[i - 1] != "^":
+    return False  # the common case, decided in O(1): not an exponent at all
+  j = i - 1
+  if j > 0 and text[j - 1] == " ":
+    j -= 1
+  if j > 0 and text[j - 1] == "}":
+    return bool(_WRAPPER_BEFORE_RE.search(text, max(0, j - _LOOK_BACK), j))
+  k = j
+  while k > 0 and j - k <= _MAX_WORD and text[k - 1].isascii() and text[k - 1].isalpha():
+    k -= 1
+  return j - k <= _MAX_WORD and bool(_BARE_UNIT_WORD_RE.fullmatch(text, k, j))
+
+
+def _after_value(text: str, start: int) -> bool:
+  """Whether text[start] follows a value: a digit, `}` or `)`, then at most one space."""
+  before = text[start - 1:start]
+  if before == " ":
+    before = text[start - 2:start - 1]
+  return before != "" and before in _VALUE_END
+
+
+def _wrapped(m: re.Match) -> str:
+  wrapper, content, exponent = m.group(1), m.group(2), m.group(3) or ""
+  if _WRAPPED_PERCENT_RE.fullmatch(content):
+    return "%"
+  if wrapper in _TEXT_WRAPPERS:
+    return " "  # a unit or a comment after a value ("\text{ (rounded)}"), with its exponent
+  if _WRAPPED_UNIT_RE.fullmatch(content) and _after_value(m.string, m.start()):
+    return " "  # \mathrm{cm}^2 after a number
+  return content + exponent  # maths in roman type: \mathrm{e}^{x}, \operatorname{min}(a, b)
+
+
+def _bare(m: re.Match) -> str:
+  return "%" if m.group(1) else ""
+
+
+def drop_units(text: str) -> str:
+  """Removes units (with their exponents) from normalised text; percent words become "%".
+
+  Args:
+    text: answer text with whitespace collapsed to single spaces (`normalize.normalize_answer`
+      calls this after its own rewriting).
+
+  Returns:
+    The text without units, e.g. "5 \\text{ cm}^2" -> "5 ", "18 meters" -> "18",
+    "28 percent" -> "28%", "\\mathrm{e}^{x}" unchanged but unwrapped to "e^{x}".
+  """
+  text = _WRAPPER_RE.sub(_wrapped, text)
+  return _BARE_RE.sub(_bare, text)
