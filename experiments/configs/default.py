@@ -149,6 +149,9 @@ def get_config(arg=None):
   # DAPO overlong shaping: buffer as a fraction of max_new_tokens (0 = off), and penalty scale.
   config.rl.overlong_buffer_frac = placeholder(float)
   config.rl.overlong_penalty_factor = placeholder(float)
+  # Overlong filtering (DAPO; TRL's mask_truncated_completions): responses that hit
+  # rollout.max_new_tokens without an EOS are masked out of the loss (still counted as samples).
+  config.rl.mask_truncated = placeholder(bool)
   # Whiten advantages over the batch's real tokens (PPO).
   config.rl.whiten_advantages = placeholder(bool)
   # PPO critic: value-loss coefficient, value clip range around the rollout values (0 = off),

@@ -28,7 +28,7 @@ import numpy as np
 import tqdm
 
 from rlscale.model import save_hf_checkpoint
-from rlscale.rl import dapo
+from rlscale.rl import dapo, masks
 from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.runner import builders
 from rlscale.runner.batching import decode_responses, encode_prompts
@@ -251,11 +251,21 @@ class Generated(NamedTuple):
     scores: [B] float32 reward from `score_batch` (task score plus the task's format and
       overlong terms), before the update-side DAPO overlong penalty.
     correct: [B] bool verifier verdicts (what "correct" means in every metric and filter).
+    filler: [B] bool, True for the rows of zero-signal groups that only fill a DAPO batch when
+      the sampling rounds run out (masked out of the loss); None = no filler rows.
   """
   rollout: Any
   rewards: np.ndarray
   scores: np.ndarray
   correct: np.ndarray
+  filler: Any = None
+
+
+def _filler_rows(generated: Generated) -> np.ndarray:
+  """[B] bool: generated.filler, or all False when it is None."""
+  if generated.filler is None:
+    return np.zeros(len(generated.rewards), bool)
+  return np.asarray(generated.filler, bool)
 
 
 def _generate_groups(run, state, key, stream_position, phase_totals) -> Generated:
@@ -295,7 +305,7 @@ def _select_groups(generated: Generated, keep: np.ndarray, group_size: int) -> G
   rows = np.repeat(keep, group_size)
   rollout = type(generated.rollout)(*[np.asarray(x)[rows] for x in generated.rollout])
   return Generated(rollout, generated.rewards[rows], generated.scores[rows],
-                   generated.correct[rows])
+                   generated.correct[rows], _filler_rows(generated)[rows])
 
 
 def _concat(parts: list[Generated]) -> Generated:
@@ -303,7 +313,8 @@ def _concat(parts: list[Generated]) -> Generated:
   return Generated(rollout_type(*[np.concatenate(xs) for xs in zip(*[p.rollout for p in parts])]),
                    np.concatenate([p.rewards for p in parts]),
                    np.concatenate([p.scores for p in parts]),
-                   np.concatenate([p.correct for p in parts]))
+                   np.concatenate([p.correct for p in parts]),
+                   np.concatenate([_filler_rows(p) for p in parts]))
 
 
 def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, float]:
@@ -327,7 +338,8 @@ def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generate
   With DAPO dynamic sampling (Yu et al. 2025), groups whose verdicts are all equal carry no
   correctness signal and are dropped; fresh prompts are sampled (up to MAX_SAMPLING_ROUNDS
   rounds) until P groups with signal are collected; if they run out, zero-signal groups fill the
-  batch so shapes stay static. The filter uses the verifier's verdicts (groups all right or all
+  batch so shapes stay static, marked as `filler` so the update masks them out of the loss (they
+  would only dilute the token-mean denominator). The filter uses the verifier's verdicts (groups all right or all
   wrong are dropped), not the shaped reward, as verl's DAPO recipe filters on accuracy. Every generated response counts toward `samples`.
   """
   rl = run.rl_config
@@ -353,10 +365,26 @@ def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generate
     filler = _concat(spare)
     keep = np.zeros(len(filler.rewards) // G, bool)
     keep[:P - kept] = True
-    parts.append(_select_groups(filler, keep, G))
+    parts.append(_select_groups(filler, keep, G)._replace(filler=np.ones((P - kept) * G, bool)))
   stats = _generation_stats(rounds, G)
   stats["sampling/kept_groups_with_signal"] = kept
   return _concat(parts), stats
+
+
+def _loss_mask(run, generated: Generated) -> tuple[np.ndarray, dict[str, float]]:
+  """The update's response mask: the rollout's, with the rows that must not enter the loss set to
+  0 by `masks.mask_rows` (truncated responses when rl.mask_truncated, DAPO filler groups), and
+  the fractions of the batch's rows that are truncated and that are masked for each reason."""
+  rollout = generated.rollout
+  t_r = rollout.response_mask.shape[1]
+  truncated = np.asarray(masks.truncated_rows(rollout.tokens[:, -t_r:], rollout.response_mask,
+                                              run.sampler.eos_ids))
+  masked_truncated = truncated & bool(run.rl_config.mask_truncated)
+  filler = _filler_rows(generated)
+  loss_mask = np.asarray(masks.mask_rows(rollout.response_mask, ~(masked_truncated | filler)))
+  return loss_mask, {"response/truncated_frac": float(truncated.mean()),
+                     "loss_mask/truncated_frac": float(masked_truncated.mean()),
+                     "loss_mask/filler_frac": float(filler.mean())}
 
 
 def _rl_step(run, state, step_key, counters, phase_totals):
@@ -388,8 +416,10 @@ def _rl_step(run, state, step_key, counters, phase_totals):
     sharded["ref_logp"] = extras["ref_logp"]
   if "values" in extras:
     sharded["old_values"] = extras["values"]
-  sharded.update(update_lib.shard_batch({k: np.asarray(v) for k, v in targets.items()},
-                                        run.num_devices))
+  # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
+  loss_mask, mask_stats = _loss_mask(run, generated)
+  targets = {k: np.asarray(v) for k, v in targets.items()}
+  sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask}, run.num_devices))
   t2 = time.perf_counter()
   state, metrics = run.update_fn(state, sharded, update_lib.replicate_key(update_key, run.num_devices))
   metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
@@ -397,7 +427,7 @@ def _rl_step(run, state, step_key, counters, phase_totals):
   t3 = time.perf_counter()
   phase_totals["training"] += t3 - t1
   record = {
-      **generation_stats, **metrics,
+      **generation_stats, **mask_stats, **metrics,
       "tokens/trained": int(batch["input_mask"].sum()),
       **{f"time/{p}": phase_totals[p] - before[p] for p in ("generation", "reward", "training")},
       "time/advantages": t2 - t1,

@@ -66,3 +66,25 @@ def test_entropy():
   np.testing.assert_allclose(uniform, [np.log(4.0)] * 2, rtol=1e-6)
   peaked = logprob.entropy_from_logits(jnp.array([[1e4, 0.0, 0.0]]))
   np.testing.assert_array_equal(peaked, [0.0])
+
+
+def test_truncated_rows():
+  eos = 2
+  tokens = jnp.array([[5, 7, 2, 2], [5, 7, 8, 9], [2, 2, 2, 2], [5, 7, 8, 2]])
+  mask = masks.response_mask_from_tokens(tokens, eos)
+  # Row 1 ran to the limit without EOS; row 3 ends with EOS exactly at the limit (not truncated).
+  np.testing.assert_array_equal(masks.truncated_rows(tokens, mask, eos), [False, True, False, False])
+  np.testing.assert_array_equal(masks.truncated_rows(tokens, mask, (3, 2)), [False, True, False, False])
+  # Pad id = EOS id after the end: only real tokens count, so a padded row is never mistaken.
+  np.testing.assert_array_equal(masks.truncated_rows(tokens, jnp.ones_like(tokens), ()), [True] * 4)
+  with pytest.raises(ValueError, match="must both be"):
+    masks.truncated_rows(tokens, mask[:, :3], eos)
+
+
+def test_mask_rows():
+  mask = jnp.array([[1, 1, 0], [1, 1, 1], [1, 0, 0]], jnp.int32)
+  out = masks.mask_rows(mask, jnp.array([True, False, True]))
+  np.testing.assert_array_equal(out, [[1, 1, 0], [0, 0, 0], [1, 0, 0]])
+  assert out.dtype == jnp.int32
+  with pytest.raises(ValueError, match=r"keep_rows \(2,\) must be \[B\]"):
+    masks.mask_rows(mask, jnp.array([True, False]))

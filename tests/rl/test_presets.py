@@ -27,6 +27,9 @@ def test_preset_values_and_user_override_wins():
   assert (dapo.advantage, dapo.loss_agg_mode, dapo.clip_eps_low, dapo.clip_eps_high) == (
       "grpo", "token-mean", 0.2, 0.28)
   assert dapo.dynamic_sampling and dapo.overlong_buffer_frac == 0.2
+  # Overlong filtering stays off in DAPO: its best runs used the soft punishment alone.
+  assert dapo.mask_truncated is False
+  assert resolve_rl_config(_rl(algorithm="dapo", mask_truncated=True)).mask_truncated is True
   ppo = resolve_rl_config(_rl(algorithm="ppo", lam=1.0))
   assert (ppo.advantage, ppo.lam, ppo.gamma, ppo.value_clip_eps, ppo.vf_coef) == ("gae", 1.0, 1.0, 0.2, 0.5)
   assert resolve_rl_config(_rl(algorithm="dr_grpo")).loss_agg_mode == "seq-mean-token-sum-norm"
@@ -72,3 +75,9 @@ def test_device_count_divisibility():
 def test_reinforce_pp_and_ppo_allow_single_sample():
   for algorithm in ("reinforce_pp", "ppo"):
     validate_rl_config(resolve_rl_config(_rl(algorithm=algorithm, group_size=1)), num_devices=1)
+
+
+def test_mask_truncated_must_be_a_bool():
+  fields = {**resolve_rl_config(_rl(algorithm="dapo")).to_dict(), "mask_truncated": "yes"}
+  with pytest.raises(ValueError, match="rl.mask_truncated must be True or False, got 'yes'"):
+    validate_rl_config(ml_collections.ConfigDict(fields), num_devices=1)

@@ -3,6 +3,7 @@
 import types
 
 import numpy as np
+import pytest
 
 from rlscale.runner import loop
 from rlscale.sampler.sampler import Rollout
@@ -71,3 +72,50 @@ def test_filter_uses_verdicts_not_shaped_rewards(monkeypatch):
   np.testing.assert_array_equal(generated.correct, [True, False, True, False])
   assert stats["sampling/kept_groups_with_signal"] == 2
   assert stats["reward/accuracy"] == 0.25
+
+
+def _mask_run(mask_truncated=False, eos_ids=(9,)):
+  return types.SimpleNamespace(rl_config=types.SimpleNamespace(mask_truncated=mask_truncated),
+                               sampler=types.SimpleNamespace(eos_ids=eos_ids))
+
+
+def test_filler_groups_are_masked_out_of_the_loss_but_counted(monkeypatch):
+  # Round 0 has one group with signal; the later rounds none: the batch is that group plus the
+  # first zero-signal group as filler, which the loss mask removes (issue 13 item 6).
+  rounds = [_generated([1, 0, 1, 1], 0)] + [
+      _generated([0, 0, 1, 1], r) for r in range(1, loop.MAX_SAMPLING_ROUNDS)]
+  generated, stats, counters = _run(monkeypatch, rounds)
+  np.testing.assert_array_equal(generated.scores, [1, 0, 1, 1])
+  np.testing.assert_array_equal(generated.filler, [False, False, True, True])
+  assert counters["samples"] == 4 * loop.MAX_SAMPLING_ROUNDS  # every sample still counts
+  assert stats["sampling/kept_groups_with_signal"] == 1
+  loss_mask, mask_stats = loop._loss_mask(_mask_run(), generated)
+  np.testing.assert_array_equal(loss_mask, [[1, 1], [1, 1], [0, 0], [0, 0]])
+  assert mask_stats["loss_mask/filler_frac"] == 0.5 and mask_stats["loss_mask/truncated_frac"] == 0
+
+
+def test_groups_with_signal_are_not_filler(monkeypatch):
+  generated, _, _ = _run(monkeypatch, [_generated([1, 0, 0, 1], 0)])
+  np.testing.assert_array_equal(generated.filler, [False] * 4)
+  generated, _, _ = _run(monkeypatch, [_generated([1, 1, 0, 0], 0)], dynamic=False)
+  assert loop._loss_mask(_mask_run(), generated)[0].min() == 1  # truncated, but not asked
+
+
+@pytest.mark.parametrize("mask_truncated", [False, True])
+def test_truncated_responses_are_masked_only_when_asked(mask_truncated):
+  # Responses (Tr = 3, EOS 9): ended by EOS, cut at the limit, ended by EOS at the limit, cut.
+  response = np.array([[4, 9, 0], [4, 5, 6], [4, 5, 9], [5, 5, 5]], np.int32)
+  response_mask = np.array([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]], np.int32)
+  rollout = Rollout(tokens=np.concatenate([np.ones((4, 2), np.int32), response], 1),
+                    prompt_mask=np.ones((4, 2), np.int32), response_mask=response_mask,
+                    logp=np.zeros((4, 3), np.float32), lengths=response_mask.sum(1),
+                    num_steps=np.full((4,), 3, np.int32))
+  generated = loop.Generated(rollout, np.zeros(4, np.float32), np.zeros(4, np.float32),
+                             np.zeros(4, bool))
+  loss_mask, stats = loop._loss_mask(_mask_run(mask_truncated), generated)
+  expected = response_mask.copy()
+  if mask_truncated:
+    expected[[1, 3]] = 0
+  np.testing.assert_array_equal(loss_mask, expected)
+  assert stats["response/truncated_frac"] == 0.5
+  assert stats["loss_mask/truncated_frac"] == (0.5 if mask_truncated else 0.0)

@@ -153,8 +153,9 @@ def test_finished_run_without_a_policy_exports_it_when_asked_again(full_run, tmp
 
 @pytest.mark.parametrize("algorithm, extra", [
     # DAPO with prompts of varying length: every sampling round must share one prompt width.
+    # With overlong filtering on (4-token responses: most are truncated).
     ("dapo", {"task__kwargs": {"min_terms": 2, "max_terms": 5, "min_digits": 1, "max_digits": 2},
-              "rollout__max_prompt_tokens": 32}),
+              "rollout__max_prompt_tokens": 32, "rl__mask_truncated": True}),
     ("ppo", {}),
 ])
 def test_other_algorithms_run_end_to_end(tmp_path, sft_cache, algorithm, extra):
@@ -170,5 +171,8 @@ def test_other_algorithms_run_end_to_end(tmp_path, sft_cache, algorithm, extra):
     # Rounds of 2 prompts x 2 samples until 2 groups with signal (or 4 rounds) per step.
     rounds = [r["sampling/rounds"] for r in records[1:]]
     assert [r["samples"] for r in records[1:]] == list(np.cumsum([4 * n for n in rounds]))
+    for r in records[1:]:
+      assert r["loss_mask/truncated_frac"] == r["response/truncated_frac"]
+      assert 0 <= r["loss_mask/filler_frac"] <= 1
   else:
     assert "train/value_loss" in records[1] and "train/critic_grad_norm" in records[1]
