@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import string
 from typing import Optional, Protocol, Sequence, Union
 
@@ -21,6 +22,11 @@ PathLike = Union[str, os.PathLike]
 
 # End-of-sequence spellings of common chat/base vocabularies, tried when no config names an eos id.
 KNOWN_EOS_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<eos>")
+# Files of a HF checkpoint that describe its tokenizer (and generation_config.json, which names the
+# eos ids generation stops at); `HFTokenizer.save` copies those present.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model",
+                   "chat_template.jinja", "chat_template.json", "generation_config.json")
 
 
 class Tokenizer(Protocol):
@@ -43,6 +49,10 @@ class Tokenizer(Protocol):
 
   def decode(self, ids: Sequence[int]) -> str:
     ...
+
+  def save(self, directory: PathLike) -> None:
+    """Writes tokenizer files into `directory` so that `load_tokenizer(directory)` and
+    transformers' `AutoTokenizer.from_pretrained(directory)` load an equivalent tokenizer."""
 
 
 class CharTokenizer:
@@ -84,6 +94,34 @@ class CharTokenizer:
       out.append(self.CHARS[index] if 0 <= index < len(self.CHARS) else self.UNK_TEXT)
     return "".join(out)
 
+  def to_hf(self) -> "hf_tokenizers.Tokenizer":
+    """The same vocabulary as a HF `tokenizers.Tokenizer`: a word-level model over single
+    characters (every character is its own pre-token), the four specials as special added tokens,
+    and a decoder that joins characters without spaces. It encodes text with the same ids as
+    `encode`, except that the literal text "<eos>" (etc.) becomes its special id."""
+    vocab = {token: i for i, token in enumerate(self.SPECIALS)}
+    vocab.update(self._ids)
+    tokenizer = hf_tokenizers.Tokenizer(
+        hf_tokenizers.models.WordLevel(vocab, unk_token=self.SPECIALS[self.unk_id]))
+    tokenizer.pre_tokenizer = hf_tokenizers.pre_tokenizers.Split(
+        hf_tokenizers.Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.decoder = hf_tokenizers.decoders.Fuse()
+    tokenizer.add_special_tokens(list(self.SPECIALS))
+    return tokenizer
+
+  def save(self, directory: PathLike) -> None:
+    """Writes tokenizer.json (see `to_hf`) and tokenizer_config.json (PreTrainedTokenizerFast with
+    the special tokens) into `directory`, so `load_tokenizer(directory)` and transformers'
+    `AutoTokenizer.from_pretrained(directory)` load this vocabulary (e.g. next to an exported
+    policy)."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    self.to_hf().save(str(directory / "tokenizer.json"))
+    pad, bos, eos, unk = self.SPECIALS
+    with open(directory / "tokenizer_config.json", "w", encoding="utf-8") as f:
+      json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": pad, "bos_token": bos,
+                 "eos_token": eos, "unk_token": unk, "add_bos_token": False}, f, indent=2)
+
 
 def _read_json_if_exists(path: pathlib.Path) -> dict:
   if not path.is_file():
@@ -123,6 +161,7 @@ class HFTokenizer:
     self.eos_id = self.eos_ids[0]
     self.pad_id = int(pad_id)
     self.bos_id = None if bos_id is None else int(bos_id)
+    self.source_dir: Optional[pathlib.Path] = None  # set by from_dir; `save` copies its files
 
   @classmethod
   def from_dir(cls, path: PathLike) -> "HFTokenizer":
@@ -159,8 +198,27 @@ class HFTokenizer:
       raise ValueError(f"no eos id for {directory}: none in generation_config.json, config.json or "
                        f"tokenizer_config.json, and none of {KNOWN_EOS_TOKENS} is in the vocabulary")
     pad_ids, bos_ids = special("pad"), special("bos")
-    return cls(tokenizer, eos_ids=eos_ids, pad_id=(pad_ids or eos_ids)[0],
-               bos_id=bos_ids[0] if bos_ids else None)
+    loaded = cls(tokenizer, eos_ids=eos_ids, pad_id=(pad_ids or eos_ids)[0],
+                 bos_id=bos_ids[0] if bos_ids else None)
+    loaded.source_dir = directory
+    return loaded
+
+  def save(self, directory: PathLike) -> None:
+    """Copies the tokenizer files of the checkpoint it was loaded from (TOKENIZER_FILES present
+    there) into `directory`; a tokenizer built in code writes its tokenizer.json and a
+    tokenizer_config.json naming the eos and pad tokens."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if self.source_dir is not None:
+      for name in TOKENIZER_FILES:
+        if (self.source_dir / name).is_file():
+          shutil.copyfile(self.source_dir / name, directory / name)
+      return
+    self._tokenizer.save(str(directory / "tokenizer.json"))
+    with open(directory / "tokenizer_config.json", "w", encoding="utf-8") as f:
+      json.dump({"tokenizer_class": "PreTrainedTokenizerFast",
+                 "eos_token": self._tokenizer.id_to_token(self.eos_id),
+                 "pad_token": self._tokenizer.id_to_token(self.pad_id)}, f, indent=2)
 
   @property
   def vocab_size(self) -> int:

@@ -102,3 +102,42 @@ def test_hf_tokenizer_fallbacks_and_errors(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"must be 'char' or a checkpoint directory"):
     tok.load_tokenizer("chars")
   assert isinstance(tok.load_tokenizer("char"), tok.CharTokenizer)
+
+
+def test_char_tokenizer_saved_loads_with_the_same_ids(tmp_path):
+  """The character vocabulary written as tokenizer.json: load_tokenizer and transformers'
+  AutoTokenizer encode and decode like CharTokenizer."""
+  char = tok.CharTokenizer()
+  char.save(tmp_path)
+  text = "7 - 3 + 2 = 6\nA {b}!~"
+  loaded = tok.load_tokenizer(str(tmp_path))
+  assert (loaded.eos_ids, loaded.pad_id, loaded.bos_id) == ((2,), 0, 1)
+  assert loaded.encode(text) == char.encode(text) and loaded.vocab_size == char.vocab_size
+  assert loaded.decode([0, 1] + char.encode(text) + [2, 5]) == text
+  transformers = pytest.importorskip("transformers")
+  auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+  assert auto(text, add_special_tokens=False)["input_ids"] == char.encode(text)
+  assert auto.decode(char.encode(text)) == text
+  assert (auto.eos_token_id, auto.pad_token_id) == (char.eos_id, char.pad_id)
+
+
+def test_hf_tokenizer_save_copies_the_checkpoint_files(tmp_path):
+  source = tmp_path / "ckpt"
+  _write_hf_tokenizer(source)
+  (source / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+  (source / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+  (source / "model.safetensors").write_text("not a tokenizer file")
+  tok.load_tokenizer(str(source)).save(tmp_path / "out")
+  assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+      "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+  for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    assert (tmp_path / "out" / name).read_bytes() == (source / name).read_bytes()
+
+
+def test_hf_tokenizer_built_in_code_saves_tokenizer_json(tmp_path):
+  raw = _write_hf_tokenizer(tmp_path / "src")
+  im_end = raw.token_to_id("<|im_end|>")
+  tok.HFTokenizer(raw, eos_ids=[im_end], pad_id=im_end).save(tmp_path / "out")
+  loaded = tok.load_tokenizer(str(tmp_path / "out"))
+  assert loaded.eos_ids == (im_end,) and loaded.encode("What is 12") == raw.encode(
+      "What is 12", add_special_tokens=False).ids

@@ -3,20 +3,29 @@
 Nothing is downloaded: put the checkpoint directory (config.json, model.safetensors or a sharded
 index, tokenizer.json) and the data file on disk and pass their paths:
 
-  python -m rlscale.main --config=experiments/configs/hf_qwen3.py --workdir=runs/qwen3 \
-      --config.model.checkpoint_path=/path/to/Qwen3-0.6B \
+  python -m rlscale.main --config=experiments/configs/hf_qwen3.py --workdir=runs/qwen3 \\
+      --config.model.checkpoint_path=/path/to/Qwen3-0.6B \\
+      --config.task.data_path=/path/to/gsm8k_train.jsonl
+
+Smoke run (checks the pipeline in a few minutes on a CPU even for a 0.6B model: P = 2 prompts x
+G = 2 samples, 32-token responses, 2 steps, up to 4 held-out prompts):
+
+  python -m rlscale.main --config=experiments/configs/hf_qwen3.py:smoke --workdir=/tmp/qwen3_smoke \\
+      --config.model.checkpoint_path=/path/to/Qwen3-0.6B \\
       --config.task.data_path=/path/to/gsm8k_train.jsonl
 
 Missing paths stop the run at once with a message naming the field.
 """
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 from rlscale.runner.config_files import load_config_file, sibling
 
 
 def get_config(arg=None):
-  """GRPO with an HF checkpoint as the policy (no SFT warm start) and a local math dataset."""
+  """GRPO with an HF checkpoint as the policy (no SFT warm start) and a local math dataset;
+  `arg="smoke"` makes every dimension small (batch, response length, steps, evaluation)."""
   config = load_config_file(sibling(__file__, "default.py"), arg)
   # Policy from a local HF checkpoint directory (required; nothing is downloaded).
   config.model.source = "hf"
@@ -29,9 +38,15 @@ def get_config(arg=None):
   # Generator kwargs are for reasoning_gym sources only.
   config.task.kwargs = ml_collections.ConfigDict()
   config.task.data_path = ""
+  # The question is the source's {question} field (see rlscale.tasks.base.TaskSource).
   config.task.prompt_template = (
-      "{prompt}\nPlease reason step by step, and put your final answer within \\boxed{{}}.")
+      "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.")
   config.task.extract_order = "boxed,answer_tag,gsm8k,last_number"
+  # Held-out prompts: None takes default_eval_size of the file's held-out rows, fewer with a
+  # warning when the file holds fewer; a number set here or on the command line is required
+  # exactly (an error when the file holds fewer).
+  config.task.eval_size = placeholder(int)
+  config.task.default_eval_size = 256
   config.rollout.max_prompt_tokens = 256
   config.rollout.max_new_tokens = 512
   config.rl.prompts_per_step = 32
@@ -45,6 +60,15 @@ def get_config(arg=None):
   config.train.eval_every = 20
   config.train.checkpoint_every = 20
   if arg == "smoke":
-    config.rollout.max_new_tokens = 64
+    # Small in every dimension, so a 0.6B model runs it on a CPU: it checks the pipeline
+    # (loading, sampling, verifier, update, checkpoint, export), not learning.
+    config.rl.prompts_per_step = 2
+    config.rl.group_size = 2
+    config.rollout.max_new_tokens = 32
+    config.task.default_eval_size = 4
+    config.eval.pass_k = 2
+    config.optim.warmup_steps = 0
     config.train.total_steps = 2
+    config.train.eval_every = 2
+    config.train.checkpoint_every = 2
   return config

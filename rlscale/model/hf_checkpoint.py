@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import stat
 from typing import Any, Optional, Union
 
 import jax
@@ -343,7 +344,8 @@ def save_hf_checkpoint(path: PathLike, config: ModelConfig, params: dict) -> Non
   """Writes `<path>/config.json` and `<path>/model.safetensors` loadable by transformers.
 
   Tensors are stored in config.param_dtype; the value head, which HF causal LMs lack, is not
-  written. Tokenizer files are not copied. The directory is created if needed.
+  written. Tokenizer files are not written (`Tokenizer.save` does that). Both files get the usual
+  umask-derived mode. The directory is created if needed.
 
   Raises:
     ValueError: the config cannot be expressed as a HF family (see `config_to_hf_dict`), or a
@@ -368,3 +370,6 @@ def save_hf_checkpoint(path: PathLike, config: ModelConfig, params: dict) -> Non
   safetensors.numpy.save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
   with open(directory / CONFIG_FILE, "w") as f:
     json.dump(raw, f, indent=2)
+  # safetensors writes through a private temporary file (mode 0600); give the weights the mode
+  # open() gave config.json under the user's umask, so others can read them as usual.
+  os.chmod(directory / WEIGHTS_FILE, stat.S_IMODE(os.stat(directory / CONFIG_FILE).st_mode))

@@ -27,6 +27,7 @@ from rlscale.train.optimizer import make_optimizer
 from rlscale.train.state import create_train_state, critic_params_from_policy
 
 MODEL_SOURCES = ("builtin", "hf")
+DEFAULT_EVAL_SIZE = 256  # held-out prompts when task.eval_size and task.default_eval_size are None
 MODEL_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                 "head_dim", "param_dtype", "dtype")
 
@@ -149,6 +150,31 @@ def check_train_config(config) -> None:
     raise ValueError(f"sft.learning_rate must be > 0, got {config.sft.learning_rate}")
 
 
+def held_out_examples(config, task, log) -> list:
+  """The held-out evaluation prompts: exactly `task.eval_size` when set (the source raises
+  ValueError when it has fewer), else `task.default_eval_size` (256 when absent), shrunk with a
+  warning to what a data file holds (`task.num_eval`) when it holds fewer.
+
+  Raises:
+    ValueError: eval_size None and the file holds no held-out rows (names holdout_fraction).
+  """
+  if config.task.get("eval_size") is not None:
+    return task.eval_examples(config.task.eval_size)
+  wanted = config.task.get("default_eval_size") or DEFAULT_EVAL_SIZE
+  available = getattr(task, "num_eval", None)  # sources that generate prompts never run short
+  if available is not None and available < wanted:
+    fraction = config.task.get("holdout_fraction")
+    if available == 0:
+      raise ValueError(f"task.data_path={config.task.data_path!r} gives no held-out rows at "
+                       f"task.holdout_fraction={fraction}; raise it (e.g. "
+                       "--config.task.holdout_fraction=0.3) or use a larger file")
+    log(f"warning: {config.task.data_path} holds {available} held-out rows at "
+        f"task.holdout_fraction={fraction}, fewer than task.default_eval_size={wanted}: "
+        f"evaluating on {available} (set task.eval_size to require a number)")
+    wanted = available
+  return task.eval_examples(wanted)
+
+
 def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any]:
   """Built-in model (random init from config.seed) or an HF checkpoint from config.model.checkpoint_path."""
   check_model_source(config)
@@ -210,7 +236,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   sampling = rollout_sampling(config, rl)
   task = make_task(config.task, seed=config.seed)
-  eval_examples = task.eval_examples(config.task.eval_size)
+  eval_examples = held_out_examples(config, task, log)
   t0 = time.perf_counter()
   tokenizer = tokenizers_lib.load_tokenizer(
       config.model.checkpoint_path if config.model.source == "hf" else "char")

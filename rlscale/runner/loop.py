@@ -183,7 +183,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
       with open(summary_path, encoding="utf-8") as f:
         summary = json.load(f)
       if not os.path.isdir(os.path.join(workdir, POLICY_DIR)):  # finished before the export existed
-        summary["policy"] = export_policy(workdir, run.model_config, host_state.params)
+        summary["policy"] = export_policy(workdir, run.model_config, host_state.params,
+                                          run.tokenizer)
         with open(summary_path, "w", encoding="utf-8") as f:
           json.dump(summary, f, indent=2)
       return summary
@@ -454,15 +455,19 @@ def _load_warm_eval(workdir):
     return json.load(f)
 
 
-def export_policy(workdir: str, model_config, params) -> str:
+def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
   """Writes the policy as a HF checkpoint (config.json + model.safetensors, loadable by
-  `rlscale.model.load_hf_checkpoint` and by transformers) to `<workdir>/policy`; returns the path.
+  `rlscale.model.load_hf_checkpoint` and by transformers) to `<workdir>/policy`, with the run's
+  tokenizer files when `tokenizer` is given (`Tokenizer.save`: the HF checkpoint's files, or the
+  character vocabulary as tokenizer.json); returns the path.
 
   Atomic: written to policy.tmp first, then renamed over any previous export."""
   final = os.path.join(workdir, POLICY_DIR)
   partial = final + ".tmp"
   shutil.rmtree(partial, ignore_errors=True)
   save_hf_checkpoint(partial, model_config, params)
+  if tokenizer is not None:
+    tokenizer.save(partial)
   if os.path.exists(final):
     shutil.rmtree(final)
   os.replace(partial, final)
@@ -470,7 +475,7 @@ def export_policy(workdir: str, model_config, params) -> str:
 
 
 def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start_time, wall_offset):
-  policy = export_policy(workdir, run.model_config, params)
+  policy = export_policy(workdir, run.model_config, params, run.tokenizer)
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
   plots = plot_curves(records, workdir, title=os.path.abspath(workdir),
                       group_size=run.rl_config.group_size)

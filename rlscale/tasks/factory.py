@@ -1,7 +1,8 @@
 """`make_task`: the config's `task` section -> a `TaskSource`.
 
 Fields read (all but `source` optional; see experiments/configs/default.py for comments):
-  source, name, kwargs, scorer, data_path, data_dir, eval_size, eval_seed, holdout_fraction,
+  source, name, kwargs, scorer, data_path, data_dir, eval_size, default_eval_size, eval_seed,
+  holdout_fraction,
   prompt_template, target_template, extract_order, rel_tol, percent, timeout_s,
   max_response_chars, max_answer_chars, format_weight, overlong_max_len, overlong_cache_len.
 Sources are imported lazily: reasoning-gym and TFDS load only when chosen.
@@ -18,7 +19,7 @@ from rlscale.tasks import verifier
 SOURCES = ("reasoning_gym", "local_math", "arithmetic")
 SCORERS = ("verifier", "native")
 FIELDS = ("source", "name", "kwargs", "scorer", "data_path", "data_dir", "eval_size",
-          "eval_seed", "holdout_fraction", "prompt_template", "target_template",
+          "default_eval_size", "eval_seed", "holdout_fraction", "prompt_template", "target_template",
           "extract_order", "rel_tol", "percent", "timeout_s", "max_response_chars",
           "max_answer_chars", "format_weight", "overlong_max_len", "overlong_cache_len")
 _VERIFIER_FIELDS = ("extract_order", "rel_tol", "percent", "timeout_s", "max_response_chars",

@@ -343,8 +343,14 @@ class LocalMathSource(base.TaskSource):
     n = base.check_count(n, "task.eval_size")
     if n > len(self._eval):
       raise ValueError(f"task.eval_size={n} but the file has only {len(self._eval)} held-out "
-                       f"rows (task.holdout_fraction={self.holdout_fraction})")
+                       f"rows (task.holdout_fraction={self.holdout_fraction}); lower "
+                       "task.eval_size, or leave it unset (None) to take what the file holds")
     return [self._example(p) for p in self._eval[:n]]
+
+  @property
+  def num_eval(self) -> int:
+    """Number of held-out rows in the file (the most `eval_examples` can return)."""
+    return len(self._eval)
 
   @property
   def num_train(self) -> int:

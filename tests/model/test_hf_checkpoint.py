@@ -2,7 +2,9 @@
 parity with transformers itself is in test_hf_parity.py)."""
 
 import json
+import os
 import re
+import stat
 
 import jax
 import ml_dtypes
@@ -196,3 +198,15 @@ def test_save_rejects_configs_no_hf_family_has(tmp_path, random_params):
   del params["layers_1"]["mlp"]
   with pytest.raises(ValueError, match=r"params lack layers_1/mlp/gate_proj/kernel"):
     hc.save_hf_checkpoint(tmp_path, QWEN3_CONFIG, params)
+
+
+def test_saved_weights_get_the_umask_mode(tmp_path, random_params):
+  """model.safetensors was 0600 (safetensors' temporary file); now the mode open() gives under the
+  umask, as config.json has."""
+  old = os.umask(0o022)
+  try:
+    hc.save_hf_checkpoint(tmp_path, QWEN3_CONFIG, random_params(QWEN3_CONFIG))
+  finally:
+    os.umask(old)
+  assert stat.S_IMODE(os.stat(tmp_path / "model.safetensors").st_mode) == 0o644
+  assert stat.S_IMODE(os.stat(tmp_path / "config.json").st_mode) == 0o644
