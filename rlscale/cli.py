@@ -15,11 +15,13 @@ Use it around the whole entry point, flag parsing included:
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 from typing import Any, Callable, Sequence
 
 from absl import flags
+from ml_collections import config_flags
 
 VERBOSE_ENV = "RLSCALE_VERBOSE"
 VERBOSE_FLAG = "--verbose"
@@ -91,3 +93,43 @@ def run_cli(main: Callable[[], Any], argv: Sequence[str] | None = None) -> Any:
   except USER_ERRORS as exc:
     report_error(exc, argv)
     raise SystemExit(EXIT_USER_ERROR) from None
+
+
+def _config_argument(argv) -> str | None:
+  """The value of --config in argv (`--config=x` or `--config x`), or None."""
+  for i, arg in enumerate(argv):
+    if re.match(r"^--?config=", arg):
+      return arg.split("=", 1)[1]
+    if re.match(r"^--?config$", arg) and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def _override_paths(argv) -> list[str]:
+  """Dotted field paths of the `--config.<path>=value` overrides in argv."""
+  return [arg.split("=", 1)[0].split(".", 1)[1] for arg in argv
+          if re.match(r"^--?(no)?config\.", arg)]
+
+
+def parse_config_flags(argv):
+  """absl's flag parsing for a command with a `--config` config-file flag (rlscale.main, the
+  sweep), with errors raised (for run_cli) instead of printed with usage.
+
+  ml_collections reports an unknown override field as a bare AttributeError/KeyError: the config
+  file is then loaded again to name the field, the closest existing ones and other libraries'
+  names for it (rlscale.runner.config_files.unknown_field_message)."""
+  try:
+    remaining = flags.FLAGS(argv)
+  except (AttributeError, KeyError) as exc:
+    path = _config_argument(argv)
+    if path is not None:
+      from rlscale.runner import config_files  # pylint: disable=g-import-not-at-top
+      config = config_files.load_config_file(*path.split(":", 1))
+      config_files.check_field_paths(config, _override_paths(argv))
+    raise exc
+  # ml_collections defers a missing config file to the first use of the config; say it now.
+  config_path = config_flags.get_config_filename(flags.FLAGS["config"]).split(":", 1)[0]
+  if not os.path.isfile(config_path):
+    raise FileNotFoundError(f"config file {config_path!r} not found (--config; paths are relative "
+                            f"to the current directory {os.getcwd()!r})")
+  return remaining

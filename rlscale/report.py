@@ -1,0 +1,74 @@
+"""Command-line entry point of the study's report:
+
+  python -m rlscale.report DIR [--throughput=FILE_OR_DIR] [--target_metric=eval/greedy_accuracy]
+      [--target=0.6] [--smooth=3] [--out=DIR]
+
+Reads every run directory under DIR/runs (finished or not) and a throughput profile
+(DIR/throughput/throughput.json or DIR/throughput.json when present, or --throughput), and writes
+report.md, report.json, CSV tables and PNG figures into --out (default DIR). The work is done by
+`rlscale.scaling.report` and `rlscale.scaling.report_writer`.
+"""
+
+import json
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from rlscale import cli
+
+_THROUGHPUT = flags.DEFINE_string("throughput", None, "throughput.json (or its directory) from "
+                                  "`python -m rlscale.throughput`; default: one inside DIR.")
+_METRIC = flags.DEFINE_string("target_metric", "eval/greedy_accuracy", "Held-out metric of the target.")
+_TARGET = flags.DEFINE_float("target", None, "Target value; default halfway from the warm start to "
+                             "the median best (smoothed) value over runs.")
+_SMOOTH = flags.DEFINE_integer("smooth", 3, "Running-mean window in evaluations.")
+_OUT = flags.DEFINE_string("out", None, "Output directory (default: DIR).")
+flags.DEFINE_bool("verbose", False, "Show the traceback of input errors too.")
+
+
+def find_profile(sweep_dir: str, given: str | None) -> dict | None:
+  """The throughput profile: `given` (a file or a directory holding throughput.json), else
+  DIR/throughput/throughput.json or DIR/throughput.json, else None. Raises FileNotFoundError for a
+  given path without one."""
+  candidates = ([given, os.path.join(given, "throughput.json")] if given else
+                [os.path.join(sweep_dir, "throughput", "throughput.json"),
+                 os.path.join(sweep_dir, "throughput.json")])
+  for path in candidates:
+    if os.path.isfile(path):
+      with open(path, encoding="utf-8") as f:
+        return json.load(f)
+  if given:
+    raise FileNotFoundError(f"--throughput={given!r}: no throughput.json there")
+  return None
+
+
+def _main(argv):
+  from rlscale.scaling import report as report_lib  # pylint: disable=g-import-not-at-top
+  from rlscale.scaling import report_writer  # pylint: disable=g-import-not-at-top
+  if len(argv) != 2:
+    raise cli.UsageError("usage: python -m rlscale.report DIR [--throughput=...] "
+                         "[--target_metric=...] [--target=...]")
+  sweep_dir = argv[1]
+  logging.set_verbosity(logging.WARNING)
+  if not os.path.isdir(sweep_dir):
+    raise FileNotFoundError(f"sweep directory {sweep_dir!r} not found")
+  report = report_lib.build_report(sweep_dir, profile=find_profile(sweep_dir, _THROUGHPUT.value),
+                                   metric=_METRIC.value, target=_TARGET.value, window=_SMOOTH.value)
+  paths = report_writer.write_report(report, sweep_dir, _OUT.value)
+  t = report["target"]
+  print(f"report: {len(report['runs'])} runs, target {t['metric']} >= {t['value']:g}; "
+        f"{paths['md']}, {paths['json']}, {len(paths['figures'])} figures")
+
+
+def _parse_flags(argv):
+  return flags.FLAGS(argv)
+
+
+def run():
+  cli.run_cli(lambda: app.run(_main, flags_parser=_parse_flags))
+
+
+if __name__ == "__main__":
+  run()

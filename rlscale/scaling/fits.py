@@ -1,0 +1,84 @@
+"""Cost and sample-efficiency models of the batch-size study, fitted by least squares.
+
+- Cost per RL step as a line in the batch: t(B) = a + b * B seconds. For generation, `a` is the
+  batch-independent cost (every decode step reads all weights once: the bandwidth-bound regime)
+  and `b` the cost per row; where b * B = a, i.e. B = a / b, half of the time is per-row work: the
+  end of the bandwidth-bound regime. For training, t = c + d * tokens.
+- Samples-to-target across batches (McCandlish et al. 2018): N*(B) = N_min (1 + B / B_noise),
+  a line in B with intercept N_min and slope N_min / B_noise.
+- Time-to-target T(B) = N*(B) / q(B) with q(B) = B / t(B) the end-to-end responses per second:
+  T(B) = N_min (1 + B / B_noise)(a / B + b), minimised at B_opt = sqrt(a * B_noise / b).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+
+class Line(NamedTuple):
+  """y = intercept + slope * x, with the coefficient of determination r2 of the fit."""
+  intercept: float
+  slope: float
+  r2: float
+
+  def __call__(self, x):
+    return self.intercept + self.slope * np.asarray(x, np.float64)
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> Line:
+  """Least-squares line through (x, y); raises ValueError for < 2 distinct x values."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.shape != y.shape or np.unique(x).size < 2:
+    raise ValueError(f"a line fit needs >= 2 distinct x values and equal lengths, got x={x}, y={y}")
+  slope, intercept = np.polyfit(x, y, 1)
+  residual = np.sum((y - (intercept + slope * x)) ** 2)
+  total = np.sum((y - y.mean()) ** 2)
+  return Line(float(intercept), float(slope), float(1.0 - residual / total) if total > 0 else 1.0)
+
+
+def bandwidth_bound_until(line: Line) -> float | None:
+  """The batch where the per-row cost equals the fixed cost (B = a / b), or None when the fit has
+  no positive fixed cost and per-row cost."""
+  if line.intercept <= 0 or line.slope <= 0:
+    return None
+  return line.intercept / line.slope
+
+
+class NoiseFit(NamedTuple):
+  """N*(B) = n_min (1 + B / b_noise); b_noise = inf when N* does not grow with B."""
+  n_min: float
+  b_noise: float
+  r2: float
+
+  def __call__(self, batch):
+    return self.n_min * (1.0 + np.asarray(batch, np.float64) / self.b_noise)
+
+
+def fit_samples_to_target(batches: Sequence[float], samples: Sequence[float]) -> NoiseFit:
+  """Fits N*(B) = N_min (1 + B / B_noise) as the line N_min + (N_min / B_noise) B.
+
+  A non-positive slope (no samples penalty across the batches tried) gives B_noise = inf; a
+  non-positive intercept (N* grows faster than linearly) gives B_noise = 0 and N_min = 0.
+  Raises ValueError for < 2 distinct batch sizes."""
+  line = fit_line(batches, samples)
+  if line.slope <= 0:
+    return NoiseFit(float(np.mean(samples)), math.inf, line.r2)
+  if line.intercept <= 0:
+    return NoiseFit(0.0, 0.0, line.r2)
+  return NoiseFit(line.intercept, line.intercept / line.slope, line.r2)
+
+
+def time_optimal_batch(step_cost: Line, noise: NoiseFit) -> float | None:
+  """argmin_B T(B) = N*(B) t(B) / B = sqrt(a B_noise / b) for t(B) = a + b B (see module doc).
+
+  Returns inf when B_noise is inf (larger is always faster), None when the cost line has no
+  positive a and b (no trade-off to optimise)."""
+  a, b = step_cost.intercept, step_cost.slope
+  if a <= 0 or b <= 0:
+    return None
+  if math.isinf(noise.b_noise):
+    return math.inf
+  return math.sqrt(a * noise.b_noise / b)

@@ -1,0 +1,407 @@
+"""Running a sweep: one run = one workdir = one unchanged `train_and_evaluate` call.
+
+A sweep file (experiments/sweeps/*.py) defines `get_config(arg)` (the base run config) and
+`get_sweep(arg)` (a list of flat override dicts, see `rlscale.scaling.hyper`). `plan` turns them
+into runs: names from the overrides (two runs may not share one), unknown fields rejected, runs
+with the same effective settings merged (e.g. at the reference batch lr_scaling "none" and "sqrt"
+give the same learning rate), and every run pointed at one warm-start cache `<workdir>/sft`.
+`execute` trains the warm starts once, then the runs, in this process or as `parallel` separate
+processes; it skips finished runs (summary.json exists), resumes interrupted ones (the runner's
+checkpoints), records failures in `<workdir>/sweep.json` and carries on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+from rlscale.scaling import hyper
+
+RUNS_DIR = "runs"
+SFT_DIR = "sft"
+SWEEP_FILE = "sweep.json"
+SUMMARY_FILE = "summary.json"
+RUN_LOG = "sweep_log.txt"  # stdout and stderr of a run executed as a separate process
+MAX_EXIT_STATUS = 100  # exit status = failed runs, capped
+# Config sections the warm start depends on (as rlscale.runner.builders.warm_start's cache key).
+WARM_START_FIELDS = ("model", "task", "sft", "seed", "rollout")
+
+
+@dataclasses.dataclass
+class Run:
+  """One run of a sweep.
+
+  Attributes:
+    name: its directory under <workdir>/runs (from the overrides).
+    overrides: the flat override dict from get_sweep, plus sft.cache_dir.
+    config: the base config with the overrides applied.
+    aliases: names of runs dropped as duplicates of this one (same effective settings).
+  """
+  name: str
+  overrides: dict[str, Any]
+  config: Any
+  aliases: list[str] = dataclasses.field(default_factory=list)
+
+
+def split_config_arg(spec: str) -> tuple[str, str | None]:
+  """"path.py:arg" -> ("path.py", "arg"); "path.py" -> ("path.py", None)."""
+  path, sep, arg = spec.partition(":")
+  return path, (arg if sep else None)
+
+
+def load_sweep_module(path: str):
+  """Imports a sweep file; raises FileNotFoundError, or ValueError when it lacks get_config or
+  get_sweep."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"sweep file {path!r} not found")
+  name = "rlscale_sweep_" + os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for fn in ("get_config", "get_sweep"):
+    if not hasattr(module, fn):
+      raise ValueError(f"sweep file {path!r} defines no {fn}(arg=None)")
+  return module
+
+
+def get_sweep(path: str, arg: str | None) -> list[dict[str, Any]]:
+  """The sweep file's list of override dicts; raises ValueError when it is empty or not dicts."""
+  module = load_sweep_module(path)
+  runs = module.get_sweep(arg) if arg is not None else module.get_sweep()
+  if not runs or not all(isinstance(r, dict) for r in runs):
+    raise ValueError(f"get_sweep({arg!r}) in {path!r} must return a non-empty list of dicts")
+  return list(runs)
+
+
+def effective_signature(config) -> str:
+  """JSON of the settings that change what a run computes: the learning rate after scaling
+  replaces (learning_rate, lr_scaling, reference_batch), and the cache directory is dropped."""
+  from rlscale.train.optimizer import scaled_learning_rate  # pylint: disable=g-import-not-at-top
+  flat = _flatten(json.loads(json.dumps(config.to_dict(), default=str)))
+  # Responses per optimizer update, the batch the LR rule scales with (update.optimizer_args).
+  batch = config.rl.prompts_per_step * config.rl.group_size // config.rl.minibatches
+  flat["optim.learning_rate"] = scaled_learning_rate(config.optim, batch)
+  if config.optim.critic_learning_rate is not None:
+    flat["optim.critic_learning_rate"] = scaled_learning_rate(
+        config.optim, batch, base_learning_rate=config.optim.critic_learning_rate)
+  flat.pop("optim.lr_scaling", None)
+  if not config.optim.adjust_adam:
+    flat.pop("optim.reference_batch", None)
+  flat.pop("sft.cache_dir", None)
+  return json.dumps(flat, sort_keys=True, default=str)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def plan(base_config, sweep_runs: Sequence[dict[str, Any]], workdir: str) -> list[Run]:
+  """The runs of a sweep in the sweep file's order, duplicates merged.
+
+  Raises ValueError for an override naming no config field (naming the nearest one), a value of
+  the wrong type, or two runs with the same name."""
+  names = hyper.check_unique_names(sweep_runs)
+  cache_dir = os.path.abspath(os.path.join(workdir, SFT_DIR))
+  runs: list[Run] = []
+  by_signature: dict[str, Run] = {}
+  for name, overrides in zip(names, sweep_runs):
+    overrides = dict(overrides)
+    if "sft.cache_dir" not in overrides and not base_config.sft.cache_dir:
+      overrides["sft.cache_dir"] = cache_dir
+    config = hyper.apply_overrides(base_config, overrides)
+    signature = effective_signature(config)
+    if signature in by_signature:
+      by_signature[signature].aliases.append(name)
+      continue
+    run = Run(name, overrides, config)
+    by_signature[signature] = run
+    runs.append(run)
+  return runs
+
+
+def budget_samples(config) -> int:
+  """Responses a run consumes: train.total_samples when the config has it set, else
+  train.total_steps x B."""
+  total = config.train.get("total_samples")
+  if total:
+    return int(total)
+  return int(config.train.total_steps * config.rl.prompts_per_step * config.rl.group_size)
+
+
+def _format_value(value: Any) -> str:
+  return repr(value) if isinstance(value, float) else str(value)
+
+
+def run_command(run: Run, sweep_spec: str, workdir: str,
+                cli_overrides: dict[str, Any] | None = None) -> list[str]:
+  """argv of `python -m rlscale.main` for one run: the sweep file's base config, the command-line
+  overrides, then the run's overrides (one code path for a run alone and in a sweep)."""
+  argv = [sys.executable, "-m", "rlscale.main", f"--config={sweep_spec}",
+          f"--workdir={os.path.join(workdir, RUNS_DIR, run.name)}"]
+  merged = {**(cli_overrides or {}), **run.overrides}
+  argv += [f"--config.{k}={_format_value(v)}" for k, v in merged.items()]
+  return argv
+
+
+def shell_command(argv: Sequence[str]) -> str:
+  """argv as one copy-pasteable shell line (`python` for the interpreter)."""
+  return " ".join(shlex.quote(a) for a in ["python", *argv[1:]])
+
+
+def is_finished(workdir: str, run: Run) -> bool:
+  return os.path.exists(os.path.join(workdir, RUNS_DIR, run.name, SUMMARY_FILE))
+
+
+def warm_start_signature(config) -> str:
+  """JSON of the config sections the warm start depends on (WARM_START_FIELDS, cache dir aside)."""
+  d = json.loads(json.dumps(config.to_dict(), default=str))
+  parts = {k: d[k] for k in WARM_START_FIELDS}
+  parts["sft"] = {k: v for k, v in parts["sft"].items() if k != "cache_dir"}
+  return json.dumps(parts, sort_keys=True)
+
+
+def prepare_warm_starts(runs: Sequence[Run], workdir: str, log: Callable[[str], None] = print) -> float:
+  """Trains (or loads) each distinct warm start once, before the runs, so parallel runs never
+  train the same one; returns the seconds spent."""
+  from rlscale.runner import builders  # pylint: disable=g-import-not-at-top
+  t0 = time.perf_counter()
+  seen = set()
+  for run in runs:
+    signature = warm_start_signature(run.config)
+    if signature in seen or run.config.model.source == "hf" or run.config.sft.steps == 0:
+      continue
+    seen.add(signature)
+    log(f"sweep: warm start for {run.name} (shared by every run with its model, task, seed)")
+    builders.build_run(run.config, os.path.join(workdir, SFT_DIR), log=log)
+  return time.perf_counter() - t0
+
+
+class Progress:
+  """ETA bookkeeping: seconds per response measured on finished runs (per batch size when
+  available), applied to each run's budget in responses."""
+
+  def __init__(self, runs: Sequence[Run], parallel: int, log: Callable[[str], None] = print):
+    self.runs, self.parallel, self.log = list(runs), max(1, parallel), log
+    self.seconds_per_sample: dict[int, list[float]] = {}
+    self.done = 0
+
+  @staticmethod
+  def _batch(run: Run) -> int:
+    return run.config.rl.prompts_per_step * run.config.rl.group_size
+
+  def estimate(self, run: Run) -> float | None:
+    """Seconds the run should take, or None before any run has finished."""
+    rates = self.seconds_per_sample.get(self._batch(run))
+    if not rates:
+      rates = [r for rs in self.seconds_per_sample.values() for r in rs]
+    if not rates:
+      return None
+    return sum(rates) / len(rates) * budget_samples(run.config)
+
+  def record(self, run: Run, seconds: float, measured: bool = True) -> None:
+    self.done += 1
+    if measured:
+      self.seconds_per_sample.setdefault(self._batch(run), []).append(
+          seconds / max(budget_samples(run.config), 1))
+
+  def remaining_line(self, pending: Sequence[Run]) -> str:
+    estimates = [self.estimate(r) for r in pending]
+    if not pending:
+      return "sweep done"
+    if any(e is None for e in estimates):
+      return "sweep ETA after the first run"
+    seconds = sum(estimates) / self.parallel
+    at = datetime.datetime.now() + datetime.timedelta(seconds=seconds)
+    return f"sweep ETA {_minutes(seconds)} ({at:%H:%M})"
+
+  def started(self, run: Run, pending: Sequence[Run]) -> None:
+    estimate = self.estimate(run)
+    eta = _minutes(estimate) if estimate is not None else "unknown"
+    self.log(f"sweep [{self.done + 1}/{len(self.runs)}] start {run.name}: run ETA {eta}; "
+             f"{self.remaining_line(pending)}")
+
+  def finished(self, run: Run, status: str, seconds: float, pending: Sequence[Run]) -> None:
+    self.log(f"sweep [{self.done}/{len(self.runs)}] {status} {run.name} in {seconds:.0f} s; "
+             f"{self.remaining_line(pending)}")
+
+
+def _minutes(seconds: float) -> str:
+  return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+class SweepRecord:
+  """<workdir>/sweep.json (or sweep_shard<i>of<n>.json for a shard): every run's status
+  (pending, done, skipped, failed, interrupted), seconds, error and command; written atomically
+  after each change."""
+
+  def __init__(self, workdir: str, runs: Sequence[Run], meta: dict[str, Any],
+               shard: tuple[int, int] | None = None):
+    name = SWEEP_FILE if shard is None else f"sweep_shard{shard[0]}of{shard[1]}.json"
+    self.path = os.path.join(workdir, name)
+    self.meta = meta
+    self.entries = {r.name: {"name": r.name, "overrides": r.overrides, "aliases": r.aliases,
+                             "status": "pending", "seconds": None, "error": None} for r in runs}
+
+  def set(self, name: str, **fields) -> None:
+    self.entries[name].update(fields)
+    self.write()
+
+  def failed(self) -> int:
+    return sum(e["status"] == "failed" for e in self.entries.values())
+
+  def write(self) -> None:
+    data = {**self.meta, "failed": self.failed(), "runs": list(self.entries.values())}
+    tmp = self.path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      json.dump(data, f, indent=2, default=str)
+    os.replace(tmp, self.path)
+
+
+def _run_in_process(run: Run, workdir: str) -> tuple[str, str | None]:
+  """(status, error) of train_and_evaluate on this run; errors are caught, not raised."""
+  from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  try:
+    summary = train_and_evaluate(run.config, os.path.join(workdir, RUNS_DIR, run.name))
+  except Exception as e:  # pylint: disable=broad-except
+    traceback.print_exc()
+    return "failed", f"{type(e).__name__}: {e}"
+  if summary.get("interrupted"):
+    return "interrupted", None
+  return "done", None
+
+
+def thread_env(threads: int) -> dict[str, str]:
+  """Environment of a run process allowed `threads` threads: OpenMP/BLAS pools sized to it.
+
+  XLA:CPU sizes its own thread pools from the process's CPU affinity (a process pinned to 1 core
+  starts 13 threads instead of 17 here, and XLA_FLAGS has no thread-count option), so the cores
+  themselves are assigned by `core_sets` + sched_setaffinity; these variables cover the rest."""
+  env = dict(os.environ)
+  for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    env[var] = str(threads)
+  return env
+
+
+def core_sets(parallel: int, cores: Sequence[int] | None = None) -> list[list[int]]:
+  """Splits the usable cores into `parallel` disjoint sets (round robin), or shares all cores
+  when there are fewer cores than processes."""
+  cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
+  if parallel > len(cores):
+    return [cores for _ in range(parallel)]
+  return [cores[i::parallel] for i in range(parallel)]
+
+
+def _error_from_log(path: str) -> str:
+  """The last informative line of a failed run's log (its `error:` line or exception)."""
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      lines = [line.strip() for line in f if line.strip()]
+  except OSError:
+    return "no log"
+  for line in reversed(lines):
+    if line.startswith("error:") or ("Error" in line.split(":")[0] and ":" in line):
+      return line
+  return lines[-1] if lines else "no output"
+
+
+def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec: str = "",
+            cli_overrides: dict[str, Any] | None = None, meta: dict[str, Any] | None = None,
+            shard: tuple[int, int] | None = None, log: Callable[[str], None] = print) -> SweepRecord:
+  """Runs every run not yet finished; returns the SweepRecord (also written to disk).
+
+  parallel == 1 runs them one after another in this process; parallel > 1 starts each as
+  `python -m rlscale.main ...` (`run_command`) pinned to its share of the cores, at most
+  `parallel` at a time, with its output in <workdir>/runs/<name>/sweep_log.txt. A failed run is
+  recorded with its error and the others continue. Ctrl-C stops the sweep (an in-process run
+  checkpoints first; rerunning resumes it)."""
+  os.makedirs(os.path.join(workdir, RUNS_DIR), exist_ok=True)
+  record = SweepRecord(workdir, runs, meta or {}, shard)
+  todo = []
+  for run in runs:
+    if is_finished(workdir, run):
+      record.entries[run.name]["status"] = "skipped"
+    else:
+      todo.append(run)
+  record.write()
+  if len(todo) < len(runs):
+    log(f"sweep: {len(runs) - len(todo)} of {len(runs)} runs already finished; skipping them")
+  if not todo:
+    return record
+  prepare_warm_starts(todo, workdir, log)
+  progress = Progress(todo, parallel, log)
+  if parallel <= 1:
+    for i, run in enumerate(todo):
+      progress.started(run, todo[i:])
+      t0 = time.perf_counter()
+      status, error = _run_in_process(run, workdir)
+      seconds = time.perf_counter() - t0
+      record.set(run.name, status=status, seconds=seconds, error=error)
+      progress.record(run, seconds, measured=status == "done")
+      progress.finished(run, status, seconds, todo[i + 1:])
+      if status == "interrupted":
+        log("sweep: interrupted; run the same command again to resume")
+        break
+    return record
+  _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, record, progress, log)
+  return record
+
+
+def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, record, progress, log):
+  """The process pool of `execute` (parallel > 1)."""
+  slots = core_sets(parallel)
+  threads = len(slots[0])
+  queue = list(todo)
+  active: dict[int, tuple[subprocess.Popen, Run, float, Any]] = {}
+  try:
+    while queue or active:
+      for slot in range(parallel):
+        if slot in active or not queue:
+          continue
+        run = queue.pop(0)
+        run_dir = os.path.join(workdir, RUNS_DIR, run.name)
+        os.makedirs(run_dir, exist_ok=True)
+        out = open(os.path.join(run_dir, RUN_LOG), "a", encoding="utf-8")
+        argv = run_command(run, sweep_spec, workdir, cli_overrides)
+        cores = slots[slot]
+        progress.started(run, [run] + queue + [a[1] for a in active.values()])
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=thread_env(threads),
+                                preexec_fn=lambda cores=cores: os.sched_setaffinity(0, cores))
+        record.set(run.name, status="running", command=shell_command(argv))
+        active[slot] = (proc, run, time.perf_counter(), out)
+      time.sleep(0.5)
+      for slot, (proc, run, t0, out) in list(active.items()):
+        if proc.poll() is None:
+          continue
+        out.close()
+        del active[slot]
+        seconds = time.perf_counter() - t0
+        ok = proc.returncode == 0 and is_finished(workdir, run)
+        status = "done" if ok else ("interrupted" if proc.returncode == 130 else "failed")
+        error = None if ok else _error_from_log(os.path.join(workdir, RUNS_DIR, run.name, RUN_LOG))
+        record.set(run.name, status=status, seconds=seconds, error=error)
+        progress.record(run, seconds, measured=ok)
+        progress.finished(run, status, seconds, queue + [a[1] for a in active.values()])
+  except KeyboardInterrupt:
+    for proc, run, _, out in active.values():
+      proc.terminate()  # the runner checkpoints on SIGTERM
+    for proc, run, _, out in active.values():
+      proc.wait()
+      out.close()
+      record.set(run.name, status="interrupted")
+    log("sweep: interrupted; run the same command again to resume")
+    raise

@@ -1,0 +1,140 @@
+"""Throughput profile q(B): seconds per RL step by phase at each batch, measured alone.
+
+For each prompts-per-step P (B = P * G responses) the run is built exactly as the runner builds it
+(`rlscale.runner.builders.build_run`, warm start from the cache) and RL steps are taken with the
+runner's own step (`rlscale.runner.loop._rl_step`: sampling, rewards, advantages, update), so the
+profile times the code the sweep runs. The first `warmup` steps hold the compilations (reported
+apart as compile seconds); the next `repeats` steps give the steady-state median and interquartile
+range per phase. Batches run in increasing order in one process, so the peak resident memory after
+a batch is that batch's peak (it only grows).
+
+Fits (rlscale.scaling.fits): generation seconds per step = a + b * B, where `a` is the cost every
+decode step pays whatever the batch (reading all weights: bandwidth-bound) and `b` the per-row
+cost; B = a / b is where generation stops being bandwidth-bound. Training seconds per step =
+c + d * tokens trained. End-to-end seconds per step = alpha + beta * B gives q(B) = B / (alpha +
+beta * B) for the report's time-optimal batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from rlscale.scaling import fits
+from rlscale.scaling import hyper
+
+PHASES = ("generation", "reward", "training")
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+  """{"median", "iqr": [q25, q75], "values"} of repeated timings (seconds)."""
+  v = np.asarray(values, np.float64)
+  return {"median": float(np.median(v)),
+          "iqr": [float(np.percentile(v, 25)), float(np.percentile(v, 75))],
+          "values": [float(x) for x in v]}
+
+
+def _device_peak_bytes() -> int | None:
+  stats = jax.local_devices()[0].memory_stats() if hasattr(jax.local_devices()[0], "memory_stats") else None
+  return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
+
+
+def measure_batch(config, prompts_per_step: int, workdir: str, *, warmup: int = 2,
+                  repeats: int = 5, log: Callable[[str], None] = print) -> dict[str, Any]:
+  """Times `warmup + repeats` RL steps of `config` at P = prompts_per_step (see module doc).
+
+  Returns one row of throughput.json: seconds per phase and per step (median, IQR, values),
+  compile seconds, responses/s, generated and trained tokens/s, memory.
+  Raises ValueError for warmup < 1 or repeats < 1."""
+  from rlscale.runner import builders  # pylint: disable=g-import-not-at-top
+  from rlscale.runner import loop  # pylint: disable=g-import-not-at-top
+  if warmup < 1 or repeats < 1:
+    raise ValueError(f"--warmup and --repeats must be >= 1, got {warmup}, {repeats}")
+  config = hyper.apply_overrides(config, {"rl.prompts_per_step": prompts_per_step})
+  run = builders.build_run(config, workdir, log=log)
+  state = run.state
+  counters = {"samples": 0, "prompts": 0}
+  phase_totals = dict.fromkeys(loop.PHASES, 0.0)
+  key = jax.random.key(config.seed)
+  records = []
+  for i in range(warmup + repeats):
+    record, state = loop._rl_step(run, state, jax.random.fold_in(key, i), counters,  # pylint: disable=protected-access
+                                  phase_totals)
+    records.append(record)
+  steady = records[warmup:]
+  batch = prompts_per_step * config.rl.group_size
+  seconds = {p: spread([r[f"time/{p}"] for r in steady]) for p in PHASES}
+  seconds["step"] = spread([sum(r[f"time/{p}"] for p in PHASES) for r in steady])
+  warm_seconds = sum(sum(r[f"time/{p}"] for p in PHASES) for r in records[:warmup])
+  generated = float(np.median([r["tokens/generated"] for r in steady]))
+  trained = float(np.median([r["tokens/trained"] for r in steady]))
+  row = {
+      "prompts_per_step": prompts_per_step, "group_size": config.rl.group_size,
+      "batch_size": batch, "warmup": warmup, "repeats": repeats, "seconds": seconds,
+      "compile_seconds": max(warm_seconds - warmup * seconds["step"]["median"], 0.0),
+      "responses_per_s": batch / seconds["step"]["median"],
+      "responses_per_s_by_phase": {p: batch / seconds[p]["median"] if seconds[p]["median"] else None
+                                   for p in PHASES},
+      "tokens_generated_per_step": generated, "tokens_trained_per_step": trained,
+      "generated_tokens_per_s": generated / seconds["generation"]["median"],
+      "trained_tokens_per_s": trained / seconds["training"]["median"],
+      "response_length_mean": float(np.mean([r["response/length_mean"] for r in steady])),
+      # ru_maxrss is in KiB on Linux: the process's peak so far (batches run smallest first).
+      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+      "device_peak_bytes": _device_peak_bytes(),
+  }
+  log(f"throughput: B={batch}: {seconds['step']['median']:.3f} s/step (generation "
+      f"{seconds['generation']['median']:.3f}, reward {seconds['reward']['median']:.3f}, training "
+      f"{seconds['training']['median']:.3f}), {row['responses_per_s']:.1f} responses/s, compile "
+      f"{row['compile_seconds']:.1f} s")
+  return row
+
+
+def fit_profile(rows: Sequence[dict]) -> dict[str, Any]:
+  """The cost-model fits of a profile (see module doc); {} with fewer than 2 batch sizes."""
+  if len({r["batch_size"] for r in rows}) < 2:
+    return {}
+  batches = [r["batch_size"] for r in rows]
+  gen = fits.fit_line(batches, [r["seconds"]["generation"]["median"] for r in rows])
+  train = fits.fit_line([r["tokens_trained_per_step"] for r in rows],
+                        [r["seconds"]["training"]["median"] for r in rows])
+  step = fits.fit_line(batches, [r["seconds"]["step"]["median"] for r in rows])
+  rates = {r["batch_size"]: r["batch_size"] / r["seconds"]["generation"]["median"] for r in rows}
+  return {
+      "generation": {**gen._asdict(), "unit": "s per step = intercept + slope * B",
+                     "bandwidth_bound_until_batch": fits.bandwidth_bound_until(gen)},
+      "training": {**train._asdict(), "unit": "s per step = intercept + slope * tokens trained"},
+      "step": {**step._asdict(), "unit": "s per step = intercept + slope * B"},
+      "generation_throughput_ratio": rates[max(rates)] / rates[min(rates)],
+  }
+
+
+def profile(config, prompts_per_step: Sequence[int], out_dir: str, *, warmup: int = 2,
+            repeats: int = 5, name: str = "", log: Callable[[str], None] = print) -> dict[str, Any]:
+  """Measures every batch (smallest first), fits, writes out_dir/throughput.json and
+  throughput.png; returns the profile dict. The warm start is cached in config.sft.cache_dir,
+  else out_dir/sft."""
+  if not prompts_per_step or any(p < 1 for p in prompts_per_step):
+    raise ValueError(f"--prompts_per_step must list integers >= 1, got {list(prompts_per_step)}")
+  os.makedirs(out_dir, exist_ok=True)
+  t0 = time.perf_counter()
+  rows = [measure_batch(config, p, out_dir, warmup=warmup, repeats=repeats, log=log)
+          for p in sorted(set(prompts_per_step))]
+  result = {
+      "name": name, "backend": jax.default_backend(), "device": str(jax.local_devices()[0]),
+      "num_devices": jax.local_device_count(), "cpu_count": os.cpu_count(),
+      "machine": platform.processor() or platform.machine(),
+      "batches": rows, "fits": fit_profile(rows), "seconds": time.perf_counter() - t0,
+  }
+  with open(os.path.join(out_dir, "throughput.json"), "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=2)
+  from rlscale.scaling import figures  # pylint: disable=g-import-not-at-top
+  result["plot"] = figures.throughput_profile_figure(result, out_dir)
+  return result

@@ -1,0 +1,45 @@
+"""Cost-model and N*(B) fits on synthetic data with known coefficients."""
+
+import math
+
+import numpy as np
+import pytest
+
+from rlscale.scaling import fits
+
+
+def test_generation_fit_and_end_of_bandwidth_bound_regime():
+  # t = 2 s per step of fixed (weight-reading) cost + 0.01 s per row: per-row work equals the
+  # fixed cost at B = 200.
+  rows = np.asarray([8, 16, 32, 64, 128, 256])
+  line = fits.fit_line(rows, 2.0 + 0.01 * rows)
+  assert line.intercept == pytest.approx(2.0)
+  assert line.slope == pytest.approx(0.01)
+  assert line.r2 == pytest.approx(1.0)
+  assert fits.bandwidth_bound_until(line) == pytest.approx(200.0)
+  assert fits.bandwidth_bound_until(fits.Line(0.0, 1.0, 1.0)) is None
+
+
+def test_fit_line_needs_two_distinct_x():
+  with pytest.raises(ValueError, match="2 distinct"):
+    fits.fit_line([4, 4], [1.0, 2.0])
+
+
+def test_samples_to_target_fit_recovers_n_min_and_b_noise():
+  batches = np.asarray([64, 128, 256, 512])
+  n = 1000 * (1 + batches / 256)
+  fit = fits.fit_samples_to_target(batches, n)
+  assert fit.n_min == pytest.approx(1000)
+  assert fit.b_noise == pytest.approx(256)
+  assert fits.fit_samples_to_target([64, 128], [500, 400]).b_noise == math.inf
+
+
+def test_time_optimal_batch_matches_a_brute_force_minimum():
+  step = fits.Line(2.0, 0.01, 1.0)  # t(B) = 2 + 0.01 B seconds per step
+  noise = fits.NoiseFit(1000.0, 256.0, 1.0)
+  best = fits.time_optimal_batch(step, noise)
+  grid = np.linspace(1, 5000, 200_000)
+  time_to_target = noise(grid) * step(grid) / grid
+  assert best == pytest.approx(math.sqrt(2.0 * 256 / 0.01))
+  assert best == pytest.approx(grid[np.argmin(time_to_target)], rel=1e-3)
+  assert fits.time_optimal_batch(step, fits.NoiseFit(1.0, math.inf, 1.0)) == math.inf

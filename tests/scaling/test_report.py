@@ -1,0 +1,138 @@
+"""The report on hand-made run directories: every number worked out by hand."""
+
+import json
+import os
+
+import pytest
+
+from rlscale.scaling import report as report_lib
+from rlscale.scaling import report_writer
+
+LR0 = 1e-4
+
+
+def write_run(root, name, *, prompts, lr_scaling, seed, evals, step_seconds, group=2,
+              learning_rate=LR0, reference_batch=8, budget=32):
+  """A run directory: config.json and metrics.jsonl with one record per step (B = prompts x group
+  responses), evaluations at the sample counts in `evals` ({samples: accuracy}), and
+  `step_seconds` = (generation, reward, training) seconds per step."""
+  path = os.path.join(root, "runs", name)
+  os.makedirs(path)
+  config = {"seed": seed, "rl": {"prompts_per_step": prompts, "group_size": group, "minibatches": 1},
+            "optim": {"learning_rate": learning_rate, "lr_scaling": lr_scaling,
+                      "reference_batch": reference_batch},
+            "train": {"total_samples": budget, "total_steps": None}}
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump({"config": config}, f)
+  batch = prompts * group
+  records = [{"step": 0, "samples": 0, "eval/greedy_accuracy": evals[0],
+              "wall/generation": 0.0, "wall/reward": 0.0, "wall/training": 0.0}]
+  for step in range(1, budget // batch + 1):
+    samples = step * batch
+    record = {"step": step, "samples": samples,
+              **{f"wall/{p}": s * step for p, s in zip(("generation", "reward", "training"),
+                                                       step_seconds)}}
+    if samples in evals:
+      record["eval/greedy_accuracy"] = evals[samples]
+    records.append(record)
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in records))
+  return path
+
+
+@pytest.fixture(name="sweep_dir")
+def fixture_sweep_dir(tmp_path):
+  root = str(tmp_path)
+  # B = 8 (the reference batch: every rule), 2 s per step -> 4 responses/s; reaches 0.5 at 24.
+  write_run(root, "a", prompts=4, lr_scaling="none", seed=0,
+            evals={0: 0.2, 16: 0.4, 32: 0.6}, step_seconds=(1.0, 0.0, 1.0))
+  # B = 16 at lr0 (rule none), 2 s per step -> 8 responses/s; never reaches 0.5: censored at 32.
+  write_run(root, "b", prompts=8, lr_scaling="none", seed=0,
+            evals={0: 0.2, 16: 0.3, 32: 0.4}, step_seconds=(0.5, 0.5, 1.0))
+  # B = 16 at lr0 sqrt(2) (rule sqrt): 0.2 -> 0.6 between 0 and 16 responses: 0.5 at 12.
+  write_run(root, "c", prompts=8, lr_scaling="sqrt", seed=0,
+            evals={0: 0.2, 16: 0.6, 32: 0.6}, step_seconds=(0.5, 0.5, 1.0))
+  return root
+
+
+def test_samples_and_time_to_target_by_hand(sweep_dir):
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  runs = {r["name"]: r for r in report["runs"]}
+  assert runs["a"]["samples_to_target"] == pytest.approx(24.0)
+  assert runs["a"]["throughput_responses_per_s"] == pytest.approx(4.0)
+  assert runs["a"]["time_to_target_s"] == pytest.approx(6.0)
+  assert runs["a"]["measured_time_to_target_s"] == pytest.approx(6.0)  # 3 steps of 2 s
+  assert runs["b"]["censored"] and runs["b"]["samples_to_target"] is None
+  assert runs["b"]["samples_lower_bound"] == 32 and runs["b"]["time_to_target_s"] is None
+  assert runs["c"]["samples_to_target"] == pytest.approx(12.0)
+  assert runs["c"]["time_to_target_s"] == pytest.approx(1.5)
+  assert runs["c"]["learning_rate"] == pytest.approx(LR0 * 2 ** 0.5)
+  # LR rules by effective learning rate: the reference-batch run counts for every rule.
+  assert runs["a"]["rules"] == ["none", "sqrt", "linear"]
+  assert runs["b"]["rules"] == ["none"] and runs["c"]["rules"] == ["sqrt"]
+
+
+def test_invariance_and_decisions_by_hand(sweep_dir):
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  # none: |0.4 - 0.3| and |0.6 - 0.4| over the grid {0, 16, 32} -> 0.3 / 3; sqrt: 0.2 / 3.
+  assert report["invariance"]["none"]["scores"]["16"] == pytest.approx(0.1)
+  assert report["invariance"]["sqrt"]["scores"]["16"] == pytest.approx(0.2 / 3)
+  assert report["invariance"]["sqrt"]["scores"]["8"] == 0.0
+  assert "linear" not in report["invariance"]  # met at one batch only
+  decisions = {d["lr_rule"]: d for d in report["decisions"]}
+  none, sqrt, tuned = decisions["none"], decisions["sqrt"], decisions["tuned"]
+  assert none["throughput_ratio"] == pytest.approx(2.0)
+  assert none["samples_ratio"] == pytest.approx(32 / 24) and none["censored"]
+  assert none["predicted_faster"]
+  assert sqrt["samples_ratio"] == pytest.approx(0.5) and sqrt["predicted_faster"]
+  assert sqrt["measured_faster"]  # 1.5 s (12 responses at 8/s) against 6 s
+  assert sqrt["measured_time_ratio"] == pytest.approx(1.5 / 6.0)
+  assert tuned["samples_ratio"] == pytest.approx(0.5)  # the best LR at B = 16 is sqrt's
+  for d in report["decisions"]:
+    assert d["predicted_faster"] == (d["throughput_ratio"] > d["samples_ratio"])
+  # Run clocks: 2 s per step at both batches -> the step cost line t(B) = 2 s + 0 s x B.
+  assert report["step_cost_fit"]["intercept"] == pytest.approx(2.0)
+  assert report["generation_throughput_ratio"] == pytest.approx((16 / 0.5) / (8 / 1.0))
+  assert report["phase_shares"]["8"]["generation"] == pytest.approx(0.5)
+
+
+def test_profile_throughput_replaces_run_clocks(sweep_dir):
+  profile = {"batches": [
+      {"batch_size": b, "responses_per_s": b / t,
+       "seconds": {p: {"median": t / 3, "iqr": [t / 3, t / 3]} for p in ("generation", "reward", "training")}
+       | {"step": {"median": t, "iqr": [t, t]}}} for b, t in ((8, 1.0), (16, 4.0))]}
+  report = report_lib.build_report(sweep_dir, profile=profile, target=0.5, window=1)
+  runs = {r["name"]: r for r in report["runs"]}
+  assert report["throughput_source"] == "profile"
+  assert runs["a"]["throughput_responses_per_s"] == pytest.approx(8.0)
+  assert runs["c"]["time_to_target_s"] == pytest.approx(12 / 4.0)
+  sqrt = next(d for d in report["decisions"] if d["lr_rule"] == "sqrt")
+  assert sqrt["throughput_ratio"] == pytest.approx(0.5)
+  assert not sqrt["predicted_faster"]  # 0.5 is not > 0.5
+
+
+def test_default_target_lies_above_every_warm_start(sweep_dir):
+  report = report_lib.build_report(sweep_dir, window=1)
+  # Highest warm start 0.2; best values 0.6, 0.4, 0.6 -> median 0.6 -> halfway 0.4.
+  assert report["target"]["value"] == pytest.approx(0.4)
+
+
+def test_written_files(sweep_dir):
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  paths = report_writer.write_report(report, sweep_dir)
+  assert len(paths["figures"]) >= 5 and all(os.path.exists(p) for p in paths["figures"])
+  with open(paths["json"]) as f:
+    saved = json.load(f)
+  assert saved["target"] == {"metric": "eval/greedy_accuracy", "value": 0.5,
+                             "chosen": "given (--target)", "smoothing_window": 1}
+  for name in ("runs.csv", "decisions.csv", "groups.csv", "invariance.csv", "report.md"):
+    assert os.path.exists(os.path.join(sweep_dir, name))
+  assert not saved["gns"]["available"]
+  assert "B_simple" in open(paths["md"]).read()
+
+
+def test_errors_name_the_problem(tmp_path, sweep_dir):
+  with pytest.raises(FileNotFoundError, match="no run directories"):
+    report_lib.build_report(str(tmp_path / "empty"))
+  with pytest.raises(ValueError, match="eval/nothing.*eval/greedy_accuracy"):
+    report_lib.build_report(sweep_dir, metric="eval/nothing")

@@ -1,0 +1,90 @@
+"""Sweep planning (names, duplicates, warm-start cache), commands and the CLI's bad-input errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlscale.scaling import sweep
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+BATCH_LR = os.path.join(ROOT, "experiments", "sweeps", "batch_lr.py")
+
+
+def _plan(arg, tmp_path):
+  base = sweep.load_sweep_module(BATCH_LR).get_config(arg)
+  return sweep.plan(base, sweep.get_sweep(BATCH_LR, arg), str(tmp_path))
+
+
+def test_batch_lr_plan_merges_runs_with_equal_learning_rates(tmp_path):
+  runs = _plan(None, tmp_path)
+  # Per seed: 4 batches x 2 rules, minus none == sqrt at B0 = 256, plus sqrt x0.5 and x2 at
+  # B = 64 and 512, minus sqrt x2 at 64 (= none there): 7 + 3 = 10.
+  assert len(runs) == 20
+  names = {r.name: r for r in runs}
+  assert names["seed=0,prompts_per_step=32,lr_scaling=none"].aliases == [
+      "seed=0,prompts_per_step=32,lr_scaling=sqrt"]
+  assert names["seed=0,prompts_per_step=8,lr_scaling=none"].aliases == [
+      "seed=0,prompts_per_step=8,lr_scaling=sqrt,learning_rate=0.0002"]
+  cache = {r.config.sft.cache_dir for r in runs}
+  assert cache == {os.path.abspath(os.path.join(tmp_path, "sft"))}
+  assert {sweep.budget_samples(r.config) for r in runs} == {32768}
+  assert {r.config.rl.microbatches for r in runs} == {2}
+
+
+def test_run_command_reproduces_the_run(tmp_path):
+  run = _plan("smoke", tmp_path)[1]
+  argv = sweep.run_command(run, f"{BATCH_LR}:smoke", str(tmp_path), {"rl.group_size": 2})
+  assert argv[1:3] == ["-m", "rlscale.main"]
+  assert f"--workdir={tmp_path}/runs/{run.name}" in argv
+  assert "--config.rl.group_size=2" in argv and "--config.optim.lr_scaling=none" in argv
+  assert sweep.shell_command(argv).startswith("python -m rlscale.main --config=")
+
+
+def test_core_sets_split_the_cores():
+  assert sweep.core_sets(2, [0, 1]) == [[0], [1]]
+  assert sweep.core_sets(2, [0, 1, 2, 3]) == [[0, 2], [1, 3]]
+  assert sweep.core_sets(3, [0, 1]) == [[0, 1]] * 3
+
+
+def _cli(*args, cwd=ROOT):
+  return subprocess.run([sys.executable, "-m", "rlscale.sweep", *args], cwd=cwd,
+                        capture_output=True, text=True, timeout=120)
+
+
+def test_list_prints_one_command_per_run_of_the_shard(tmp_path):
+  out = _cli(f"--config={BATCH_LR}:smoke", f"--workdir={tmp_path}", "--list", "--shard=1/3")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  assert len(lines) == 3  # runs 1, 4, 7 of 8
+  assert all(line.startswith("python -m rlscale.main ") for line in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--shard=3/2",), "error: --shard='3/2': need 0 <= i < n"),
+    (("--config.rl.prompt_per_step=3",), "error: unknown config field 'rl.prompt_per_step'"),
+    (("--parallel=0",), "error: --parallel must be >= 1"),
+])
+def test_bad_input_is_one_error_line(tmp_path, args, message):
+  out = _cli(f"--config={BATCH_LR}:smoke", f"--workdir={tmp_path}", *args)
+  assert out.returncode == 2
+  assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+  assert out.stderr.startswith(message)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("def get_sweep(arg=None):\n  return [{'rl.prompt_per_step': 8}]\n",
+     "error: sweep override: unknown config field 'rl.prompt_per_step'; closest fields: "
+     "rl.prompts_per_step"),
+    ("def get_sweep(arg=None):\n  return [{'seed': 0}, {'seed': 0}]\n",
+     "error: sweep runs 0 and 1 would share the workdir runs/seed=0"),
+])
+def test_bad_sweep_files(tmp_path, body, message):
+  path = tmp_path / "bad_sweep.py"
+  path.write_text("import os\nfrom rlscale.runner.config_files import load_config_file\n"
+                  f"def get_config(arg=None):\n  return load_config_file({os.path.join(ROOT, 'experiments', 'configs', 'default.py')!r})\n"
+                  + body)
+  out = _cli(f"--config={path}", f"--workdir={tmp_path / 'w'}")
+  assert out.returncode == 2
+  assert out.stderr.strip().startswith(message), out.stderr
