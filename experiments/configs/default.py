@@ -152,6 +152,9 @@ def get_config(arg=None):
   # Overlong filtering (DAPO; TRL's mask_truncated_completions): responses that hit
   # rollout.max_new_tokens without an EOS are masked out of the loss (still counted as samples).
   config.rl.mask_truncated = placeholder(bool)
+  # Behaviour log-probs for the ratio: "sampler" (the rollout's; float32 matches the trainer to
+  # ~2e-6) or "recompute" (a trainer forward before the update, as verl/TRL; use it in bfloat16).
+  config.rl.old_logp = placeholder(str)
   # Whiten advantages over the batch's real tokens (PPO).
   config.rl.whiten_advantages = placeholder(bool)
   # PPO critic: value-loss coefficient, value clip range around the rollout values (0 = off),

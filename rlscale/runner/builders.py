@@ -44,7 +44,9 @@ class Run:
   state: Any  # replicated TrainState
   update_fn: Callable
   ref_params: Any  # replicated frozen reference policy (KL), or None
-  ref_logp_fn: Callable | None
+  # pmapped (params, batch) -> response log-probs at rl.temperature: ref_logp from ref_params, and
+  # old_logp from the current params when rl.old_logp == "recompute"; None when neither is needed.
+  logp_fn: Callable | None
   value_fn: Callable | None
   prompt_buckets: Sequence[int]
   num_devices: int
@@ -255,10 +257,15 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
       params, optimizer, critic_params=critic_params, critic_optimizer=critic_optimizer))
   update_fn = update_lib.make_update_fn(model_config, rl, optimizer,
                                         critic_optimizer=critic_optimizer)
-  ref_params, ref_logp_fn = None, None
+  ref_params, logp_fn = None, None
   if update_lib.uses_ref_logp(rl):
     ref_params = update_lib.replicate(params)
-    ref_logp_fn = update_lib.make_logp_fn(model_config, rl.temperature, microbatches=rl.microbatches)
+  if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
+    logp_fn = update_lib.make_logp_fn(model_config, rl.temperature, microbatches=rl.microbatches)
+  if model_config.dtype == "bfloat16" and rl.old_logp == "sampler":
+    log("note: bfloat16 compute with rl.old_logp='sampler': the sampler's and the trainer's "
+        "log-probs differ by rounding (watch train/sampler_trainer_k3); "
+        "--config.rl.old_logp=recompute takes old_logp from a trainer forward")
   evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
                         examples=eval_examples, prompt_buckets=buckets,
                         num_devices=num_devices, pass_k=config.eval.pass_k,
@@ -267,6 +274,6 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
       f"{batch_size} responses per step, {total_steps} steps, warm start {time.perf_counter() - t0:.1f} s")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
              sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,
-             ref_params=ref_params, ref_logp_fn=ref_logp_fn, value_fn=value_fn,
+             ref_params=ref_params, logp_fn=logp_fn, value_fn=value_fn,
              prompt_buckets=buckets, num_devices=num_devices,
              warm_start_seconds=sft_seconds, total_steps=total_steps, log=log)

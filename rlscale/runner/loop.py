@@ -30,6 +30,7 @@ import tqdm
 from rlscale.model import save_hf_checkpoint
 from rlscale.rl import dapo, masks
 from rlscale.rl.advantages import compute_batch_advantages
+from rlscale.rl.kl import kl_divergence
 from rlscale.runner import builders
 from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.runner.checkpoints import Checkpointer
@@ -388,6 +389,19 @@ def _loss_mask(run, generated: Generated) -> tuple[np.ndarray, dict[str, float]]
                      "loss_mask/filler_frac": float(filler.mean())}
 
 
+def _behaviour_logp(run, state, sharded, rollout) -> tuple[np.ndarray, dict[str, float]]:
+  """The update's old_logp [B, Tr] as rl.old_logp asks: the sampler's, or ("recompute") a trainer
+  forward with the current params, also written into sharded["old_logp"], with the
+  sampler-trainer mismatch: the mean k3 of the trainer's log-probs against the sampler's over real
+  tokens, train/sampler_trainer_k3 (with "sampler" the update step logs the same quantity)."""
+  if run.rl_config.old_logp != "recompute":
+    return rollout.logp, {}
+  sharded["old_logp"] = run.logp_fn(state.params, sharded)
+  old_logp = np.asarray(sharded["old_logp"]).reshape(rollout.logp.shape)
+  mismatch = masks.masked_mean(kl_divergence("k3", old_logp, rollout.logp), rollout.response_mask)
+  return old_logp, {"train/sampler_trainer_k3": float(mismatch)}
+
+
 def _rl_step(run, state, step_key, counters, phase_totals):
   """One rollout batch and its update(s); advances `counters` and `phase_totals` in place.
 
@@ -405,13 +419,14 @@ def _rl_step(run, state, step_key, counters, phase_totals):
       "old_logp": rollout.logp,
   }
   sharded = update_lib.shard_batch(batch, run.num_devices)
+  old_logp, mismatch = _behaviour_logp(run, state, sharded, rollout)
   extras = {}
   if update_lib.uses_ref_logp(rl):
-    extras["ref_logp"] = run.ref_logp_fn(run.ref_params, sharded)
+    extras["ref_logp"] = run.logp_fn(run.ref_params, sharded)
   if update_lib.uses_critic(rl):
     extras["values"] = run.value_fn(state.critic_params, sharded)
   flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
-  targets = compute_batch_advantages(rl, rewards, rollout.response_mask, old_logp=rollout.logp,
+  targets = compute_batch_advantages(rl, rewards, rollout.response_mask, old_logp=old_logp,
                                      ref_logp=flat.get("ref_logp"), values=flat.get("values"))
   if "ref_logp" in extras:
     sharded["ref_logp"] = extras["ref_logp"]
@@ -428,7 +443,7 @@ def _rl_step(run, state, step_key, counters, phase_totals):
   t3 = time.perf_counter()
   phase_totals["training"] += t3 - t1
   record = {
-      **generation_stats, **mask_stats, **metrics,
+      **generation_stats, **mask_stats, **metrics, **mismatch,
       "tokens/trained": int(batch["input_mask"].sum()),
       **{f"time/{p}": phase_totals[p] - before[p] for p in ("generation", "reward", "training")},
       "time/advantages": t2 - t1,

@@ -237,12 +237,15 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     (new state with step + 1, metrics: dict of float32 scalars, identical on every device):
     loss, pg_loss, kl_loss (when a loss term), entropy_loss, value_loss (PPO) — each aggregated
     by the mode, coefficients not applied except in `loss`; token means kl, entropy,
-    approx_kl_old (k3 to the behaviour policy), clip_fraction, dual_clip_fraction (dual-clip),
+    approx_kl_old (k3 to the behaviour policy), sampler_trainer_k3 (with rl.old_logp "sampler":
+    approx_kl_old of the first optimizer update, before any parameter change, i.e. the mean k3
+    between the trainer's and the sampler's log-probs), clip_fraction, dual_clip_fraction (dual-clip),
     value_clip_fraction, value_mean (PPO), ratio_mean; ratio_min, ratio_max; grad_norm (before
     clipping), update_norm, learning_rate, critic_grad_norm (PPO); grad_sq_norm_local (this
     device's mean-loss gradient, averaged over devices), grad_sq_norm_global, gns_batch_local and
     gns_batch_global (the responses behind each, B_small and B_big). All averaged over the
-    epochs x minibatches updates, except ratio_min / ratio_max (extremes) and learning_rate (last).
+    epochs x minibatches updates, except ratio_min / ratio_max (extremes), learning_rate (last)
+    and sampler_trainer_k3 (first).
   """
   rl = rl_cfg
   rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS_NAME))
@@ -270,6 +273,10 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
       reduced[key] = value[-1, -1]
     else:
       reduced[key] = jnp.mean(value)
+  if rl.old_logp == "sampler":
+    # The first optimizer update scores the batch with the parameters that sampled it: its k3 to
+    # old_logp is the sampler-trainer mismatch, free of any update's drift.
+    reduced["sampler_trainer_k3"] = metrics["approx_kl_old"][0, 0]
   return state.replace(step=state.step + 1), reduced
 
 

@@ -59,6 +59,7 @@ def test_temperature_follows_rollout():
     (dict(lam=1.5), r"rl.lam must be in \[0, 1\]"),
     (dict(temperature=0.0), r"rl.temperature must be > 0"),
     (dict(batch_size=7), r"rl.batch_size=7 must equal"),
+    (dict(old_logp="both"), r"rl.old_logp='both' is not one of \['sampler', 'recompute'\]"),
 ])
 def test_validation_errors_name_the_field(fields, message):
   with pytest.raises(ValueError, match=message):

@@ -155,7 +155,8 @@ def test_finished_run_without_a_policy_exports_it_when_asked_again(full_run, tmp
     # DAPO with prompts of varying length: every sampling round must share one prompt width.
     # With overlong filtering on (4-token responses: most are truncated).
     ("dapo", {"task__kwargs": {"min_terms": 2, "max_terms": 5, "min_digits": 1, "max_digits": 2},
-              "rollout__max_prompt_tokens": 32, "rl__mask_truncated": True}),
+              "rollout__max_prompt_tokens": 32, "rl__mask_truncated": True,
+              "rl__old_logp": "recompute"}),
     ("ppo", {}),
 ])
 def test_other_algorithms_run_end_to_end(tmp_path, sft_cache, algorithm, extra):
@@ -176,3 +177,6 @@ def test_other_algorithms_run_end_to_end(tmp_path, sft_cache, algorithm, extra):
       assert 0 <= r["loss_mask/filler_frac"] <= 1
   else:
     assert "train/value_loss" in records[1] and "train/critic_grad_norm" in records[1]
+  # float32: the sampler's and the trainer's log-probs agree (recomputed for DAPO, from the
+  # update's first pass for PPO).
+  assert all(0 <= r["train/sampler_trainer_k3"] < 1e-5 for r in records[1:])
