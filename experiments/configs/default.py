@@ -224,6 +224,8 @@ def get_config(arg=None):
     raise ValueError(f"config argument {arg!r} is not one of [None, 'smoke'] "
                      "(use --config=experiments/configs/default.py:smoke)")
   if arg == "smoke":
+    # Marks the run as a pipeline check: its closing line says so (no learning is expected).
+    config.smoke = True
     config.sft.steps = 30
     config.rl.prompts_per_step = 4
     config.rl.group_size = 4

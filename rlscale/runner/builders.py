@@ -16,6 +16,7 @@ import numpy as np
 from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
+from rlscale.runner import plots
 from rlscale.runner import sft
 from rlscale.runner.batching import encode_prompts, encode_responses
 from rlscale.runner.evaluate import Evaluator
@@ -23,7 +24,7 @@ from rlscale.sampler.sampler import Sampler
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import make_task
 from rlscale.train import update as update_lib
-from rlscale.train.optimizer import make_optimizer
+from rlscale.train.optimizer import make_optimizer, scaled_learning_rate
 from rlscale.train.state import create_train_state, critic_params_from_policy
 
 MODEL_SOURCES = ("builtin", "hf")
@@ -50,9 +51,13 @@ class Run:
   value_fn: Callable | None
   prompt_buckets: Sequence[int]
   num_devices: int
+  # Seconds from loading the tokenizer and model to the end of the warm start (SFT, or loading it
+  # from the cache) in this process; not part of the RL wall time.
   warm_start_seconds: float
   total_steps: int  # RL steps of the run (train.total_steps, or from train.total_samples)
   log: Callable[[str], None] = print
+  title: str = ""  # what the run is (plots.run_title): algorithm, P x G = B, lr and its rule
+  smoke: bool = False  # config.smoke: a smoke variant, which checks the pipeline, not learning
 
 
 def maybe_initialize_distributed(setting) -> None:
@@ -243,7 +248,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   tokenizer = tokenizers_lib.load_tokenizer(
       config.model.checkpoint_path if config.model.source == "hf" else "char")
   model_config, params = build_model(config, tokenizer, log)
-  params, sft_seconds = warm_start(config, workdir, model_config, params, tokenizer, task, log)
+  params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
                     eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets,
                     host_threads=config.rollout.host_threads)
@@ -270,10 +275,18 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
                         examples=eval_examples, prompt_buckets=buckets,
                         num_devices=num_devices, pass_k=config.eval.pass_k,
                         temperature=config.rollout.temperature)
-  log(f"setup: {num_devices} device(s), B = {rl.prompts_per_step} prompts x {rl.group_size} = "
-      f"{batch_size} responses per step, {total_steps} steps, warm start {time.perf_counter() - t0:.1f} s")
+  warm_start_seconds = time.perf_counter() - t0
+  title = plots.run_title(
+      algorithm=config.rl.algorithm, prompts_per_step=rl.prompts_per_step,
+      group_size=rl.group_size, update_batch=optimizer_args["batch_size"],
+      learning_rate=scaled_learning_rate(config.optim, optimizer_args["batch_size"]),
+      base_learning_rate=config.optim.learning_rate, lr_scaling=config.optim.lr_scaling,
+      reference_batch=config.optim.reference_batch, schedule=config.optim.schedule)
+  log(f"setup: {num_devices} device(s), {title}; {total_steps} steps; model load and warm start "
+      f"{warm_start_seconds:.1f} s (not in the RL wall time)")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
              sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,
              ref_params=ref_params, logp_fn=logp_fn, value_fn=value_fn,
              prompt_buckets=buckets, num_devices=num_devices,
-             warm_start_seconds=sft_seconds, total_steps=total_steps, log=log)
+             warm_start_seconds=warm_start_seconds, total_steps=total_steps, log=log,
+             title=title, smoke=bool(config.get("smoke", False)))

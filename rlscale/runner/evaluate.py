@@ -99,3 +99,32 @@ class Evaluator:
         "eval/sampled_accuracy": float(np.mean(correct)),
         "eval/pass_at_k": float(np.mean(correct.any(axis=1))),
     }
+
+
+def accuracy_noise(before: float, after: float, n: int) -> float:
+  """Two standard errors of the difference of two accuracies on the same n held-out prompts,
+  treated as independent binomials (conservative for paired evaluations): 2 sqrt(2 p (1 - p) / n)
+  with the pooled p = (before + after) n + 1 over 2 n + 2 (the +1/+2 keeps it above 0 when
+  both are 0 or 1). Raises ValueError for n < 1."""
+  if n < 1:
+    raise ValueError(f"need at least one held-out prompt, got n={n}")
+  p = ((before + after) * n + 1) / (2 * n + 2)
+  return 2.0 * float(np.sqrt(2.0 * p * (1.0 - p) / n))
+
+
+def accuracy_change_note(before: float | None, after: float | None, n: int, *,
+                         smoke: bool = False) -> str:
+  """The run's closing line: the held-out greedy accuracy change against `accuracy_noise` for n
+  prompts, and for a smoke run (`smoke`) that it checks the pipeline, not learning."""
+  if before is None or after is None:
+    return "no held-out accuracy to compare"
+  change, noise = after - before, accuracy_noise(before, after, n)
+  measured = (f"held-out greedy accuracy {before:.3f} -> {after:.3f} ({change:+.3f}; noise "
+              f"+-{noise:.3f} for {n} held-out prompts)")
+  if smoke:
+    verdict = "a gain beyond noise" if change > noise else "no gain beyond noise, as expected"
+    return (f"smoke run: it checks the pipeline (model, sampling, rewards, updates, checkpoints, "
+            f"export), not learning; {measured}: {verdict}. Run without :smoke to measure learning")
+  if abs(change) <= noise:
+    return f"{measured}: no change beyond noise"
+  return f"{measured}: a {'gain' if change > 0 else 'loss'} beyond noise"

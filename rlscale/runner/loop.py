@@ -34,7 +34,7 @@ from rlscale.rl.kl import kl_divergence
 from rlscale.runner import builders
 from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.runner.checkpoints import Checkpointer
-from rlscale.runner.evaluate import evaluation_key
+from rlscale.runner.evaluate import accuracy_change_note, evaluation_key
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
 from rlscale.tasks.rewards import score_batch
@@ -43,6 +43,7 @@ from rlscale.train import update as update_lib
 PHASES = ("generation", "reward", "training", "evaluation")
 CONFIG_FILE = "config.json"
 POLICY_DIR = "policy"  # the final policy as a HF checkpoint
+WARM_START_FILE = "warm_start_seconds.json"  # written once by the first segment of a run
 # Fields that may change when resuming a run; any other change means a different experiment.
 RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_every",
                     "train.eval_every_samples", "train.checkpoint_every",
@@ -201,18 +202,26 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
     run.log(f"warm start: held-out greedy accuracy {warm_eval['eval/greedy_accuracy']:.3f}, "
             f"pass@{config.eval.pass_k} {warm_eval['eval/pass_at_k']:.3f}")
     _save_warm_eval(workdir, warm_eval)
+    _write_json(os.path.join(workdir, WARM_START_FILE), {"seconds": run.warm_start_seconds})
   else:
     warm_eval = _load_warm_eval(workdir)
+  # The first segment's model load + warm start seconds, whatever a resume's setup took.
+  run.warm_start_seconds = _read_json(os.path.join(workdir, WARM_START_FILE)).get(
+      "seconds", run.warm_start_seconds)
 
   total_steps = run.total_steps
   first_step = step
   last_eval = None
+  warned_out_of_rounds = False
   bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True)
   with _StopFlag() as stop:
     while step < total_steps and not stop.stop:
       step_key = jax.random.fold_in(base_key, step)
       samples_before = counters["samples"]
       record, state = _rl_step(run, state, step_key, counters, phase_totals)
+      if record.get("sampling/out_of_rounds") and not warned_out_of_rounds:
+        warned_out_of_rounds = True
+        tqdm.tqdm.write(_out_of_rounds_warning(run, record, step + 1))
       step += 1
       record.update(step=step, **counters)
       if stop_after_steps is not None and step - first_step >= stop_after_steps:
@@ -370,6 +379,7 @@ def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generate
     parts.append(_select_groups(filler, keep, G)._replace(filler=np.ones((P - kept) * G, bool)))
   stats = _generation_stats(rounds, G)
   stats["sampling/kept_groups_with_signal"] = kept
+  stats["sampling/out_of_rounds"] = int(kept < P)  # 1: filler groups completed this batch
   return _concat(parts), stats
 
 
@@ -457,17 +467,31 @@ def _wall_record(phase_totals, start_time, wall_offset) -> dict[str, float]:
   return record
 
 
-def _save_warm_eval(workdir, warm_eval):
-  with open(os.path.join(workdir, "warm_start_eval.json"), "w", encoding="utf-8") as f:
-    json.dump(warm_eval, f)
+def _out_of_rounds_warning(run, record, step) -> str:
+  return (f"warning: step {step}: DAPO dynamic sampling found {record['sampling/kept_groups_with_signal']}"
+          f" of {run.rl_config.prompts_per_step} groups with reward variance in "
+          f"{MAX_SAMPLING_ROUNDS} rounds; groups without signal (masked out of the loss) fill the "
+          "batch. Counted per step as sampling/out_of_rounds in metrics.jsonl; printed once")
 
 
-def _load_warm_eval(workdir):
-  path = os.path.join(workdir, "warm_start_eval.json")
+def _write_json(path, value):
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(value, f)
+
+
+def _read_json(path) -> dict:
   if not os.path.exists(path):
     return {}
   with open(path, encoding="utf-8") as f:
     return json.load(f)
+
+
+def _save_warm_eval(workdir, warm_eval):
+  _write_json(os.path.join(workdir, "warm_start_eval.json"), warm_eval)
+
+
+def _load_warm_eval(workdir):
+  return _read_json(os.path.join(workdir, "warm_start_eval.json"))
 
 
 def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
@@ -492,8 +516,8 @@ def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
 def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start_time, wall_offset):
   policy = export_policy(workdir, run.model_config, params, run.tokenizer)
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-  plots = plot_curves(records, workdir, title=os.path.abspath(workdir),
-                      group_size=run.rl_config.group_size)
+  plots = plot_curves(records, workdir, title=run.title, group_size=run.rl_config.group_size,
+                      pass_k=run.evaluator.pass_k)
   final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
   rl_seconds = sum(phase_totals[p] for p in ("generation", "reward", "training"))
   summary = {
@@ -506,7 +530,8 @@ def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start
       "samples_consumed": counters["samples"],
       "prompts_consumed": counters["prompts"],
       "wall_seconds": wall_offset + time.perf_counter() - start_time,
-      # Seconds per phase of the RL run; warm_start is 0 when it came from the SFT cache.
+      # Seconds per phase of the RL run; warm_start (model load + SFT or its cache, recorded by
+      # the run's first segment) is not part of wall_seconds.
       "phase_seconds": {**phase_totals, "warm_start": run.warm_start_seconds},
       "steps_per_second": step / rl_seconds if rl_seconds else None,
       "num_devices": run.num_devices,
@@ -520,8 +545,14 @@ def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start
   run.log(f"done: held-out greedy accuracy {summary['warm_start_accuracy']:.3f} (warm start) -> "
           f"{summary['final_accuracy']:.3f} (after {step} RL steps, "
           f"{summary['samples_consumed']} responses) in {summary['wall_seconds']:.0f} s "
-          f"(+ {run.warm_start_seconds:.0f} s warm start)")
+          f"(+ {run.warm_start_seconds:.0f} s model load and warm start before the RL clock)")
   run.log(f"results: {os.path.join(workdir, 'summary.json')}; curves: {plots['vs_samples']}, "
           f"{plots['vs_wall_time']}; TensorBoard: tensorboard --logdir {summary['tensorboard']}; "
           f"final policy (HF format): {policy}")
+  out_of_rounds = sum(int(r.get("sampling/out_of_rounds", 0)) for r in records)
+  if out_of_rounds:
+    run.log(f"warning: DAPO dynamic sampling ran out of rounds in {out_of_rounds} of {step} steps "
+            "(sampling/out_of_rounds in metrics.jsonl)")
+  run.log(accuracy_change_note(summary["warm_start_accuracy"], summary["final_accuracy"],
+                               len(run.evaluator.examples), smoke=run.smoke))
   return summary

@@ -41,6 +41,7 @@ def test_keeps_groups_with_signal_until_full(monkeypatch):
   np.testing.assert_array_equal(generated.rollout.tokens[:, 0], [0, 0, 1, 1])
   assert counters == {"samples": 8, "prompts": 4}
   assert stats["sampling/rounds"] == 2 and stats["sampling/kept_groups_with_signal"] == 2
+  assert stats["sampling/out_of_rounds"] == 0
   # Statistics cover all 8 generated responses, before the filter.
   assert stats["reward/mean"] == 0.5  # (1+1+0+1 + 0+1+0+0) / 8
   assert stats["groups/with_variance"] == 0.5
@@ -53,6 +54,7 @@ def test_refills_with_zero_signal_groups_after_the_last_round(monkeypatch):
   assert generated.scores.shape == (4,)  # still P x G rows
   assert counters["samples"] == 4 * loop.MAX_SAMPLING_ROUNDS
   assert stats["sampling/kept_groups_with_signal"] == 0
+  assert stats["sampling/out_of_rounds"] == 1  # counted in metrics.jsonl (and warned once)
 
 
 def test_without_dynamic_sampling_one_round(monkeypatch):

@@ -67,3 +67,25 @@ def test_evaluation_key_depends_only_on_the_eval_seed():
                             jax.random.key_data(evaluation_key(1235)))
   with pytest.raises(ValueError, match=r"task\.eval_seed"):
     evaluation_key("1234")
+
+
+def test_accuracy_noise_by_hand():
+  from rlscale.runner.evaluate import accuracy_noise  # pylint: disable=g-import-not-at-top
+  # 16 prompts, 0.25 -> 0.25: pooled p = (0.5 * 16 + 1) / 34 = 9/34; 2 sqrt(2 p (1 - p) / 16).
+  p = 9 / 34
+  assert accuracy_noise(0.25, 0.25, 16) == pytest.approx(2 * np.sqrt(2 * p * (1 - p) / 16))
+  # Both 0 still gives a positive noise: p = 1 / 34.
+  assert accuracy_noise(0.0, 0.0, 16) == pytest.approx(2 * np.sqrt(2 / 34 * 33 / 34 / 16))
+  with pytest.raises(ValueError, match="n=0"):
+    accuracy_noise(0.5, 0.5, 0)
+
+
+def test_accuracy_change_note():
+  from rlscale.runner.evaluate import accuracy_change_note  # pylint: disable=g-import-not-at-top
+  smoke = accuracy_change_note(0.0625, 0.0625, 16, smoke=True)
+  assert smoke.startswith("smoke run: it checks the pipeline") and "no gain beyond noise" in smoke
+  assert "0.062 -> 0.062 (+0.000; noise +-" in smoke
+  # 0.484 -> 0.770 on 256 prompts: p = (1.254 * 256 + 1) / 514, noise = 0.088.
+  assert accuracy_change_note(0.484, 0.770, 256).endswith("a gain beyond noise")
+  assert accuracy_change_note(0.50, 0.52, 256).endswith("no change beyond noise")
+  assert accuracy_change_note(None, 0.5, 16) == "no held-out accuracy to compare"

@@ -93,9 +93,13 @@ def test_final_policy_is_exported_as_a_hf_checkpoint_of_the_last_state(full_run)
   assert model_config.vocab_size == flat_saved[("embed_tokens", "embedding")].shape[0]
 
 
-def test_same_seed_same_metrics(full_run, tmp_path, sft_cache):
+def test_same_seed_same_metrics(full_run, tmp_path, sft_cache, capsys):
   workdir, _ = full_run
   train_and_evaluate(tiny_config(sft__cache_dir=sft_cache), str(tmp_path))
+  # A smoke variant's last line says it checks the pipeline, not learning.
+  last = capsys.readouterr().out.strip().splitlines()[-1]
+  assert last.startswith("smoke run: it checks the pipeline"), last
+  assert "for 4 held-out prompts" in last
   first = comparable(read_metrics(os.path.join(workdir, "metrics.jsonl")))
   again = comparable(read_metrics(os.path.join(tmp_path, "metrics.jsonl")))
   assert first == again
@@ -109,11 +113,15 @@ def test_interrupted_then_resumed_equals_uninterrupted(full_run, tmp_path, sft_c
   config = tiny_config(sft__cache_dir=sft_cache)
   partial = train_and_evaluate(config, str(tmp_path), stop_after_steps=3)
   assert partial == {"interrupted": True, "steps": 3}
+  first_segment = json.load(open(os.path.join(tmp_path, "warm_start_seconds.json")))["seconds"]
+  assert first_segment > 0
   checkpoints = os.path.join(tmp_path, "checkpoints")
   assert sorted(os.listdir(checkpoints)) == ["2", "3"]
   shutil.rmtree(os.path.join(checkpoints, "3"))
   summary = train_and_evaluate(config, str(tmp_path))
   assert summary["steps"] == 4
+  # The warm start is reported as the first segment measured it (the resume's setup differs).
+  assert summary["phase_seconds"]["warm_start"] == first_segment
   records = read_metrics(os.path.join(tmp_path, "metrics.jsonl"))
   assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
   uninterrupted = comparable(read_metrics(os.path.join(workdir, "metrics.jsonl")))

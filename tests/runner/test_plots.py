@@ -2,6 +2,9 @@
 
 import os
 
+import numpy as np
+import pytest
+
 from rlscale.runner import plots
 
 
@@ -27,3 +30,37 @@ def test_plot_curves_writes_both_figures(tmp_path):
     assert sorted(paths) == ["vs_samples", "vs_wall_time"]
     for path in paths.values():
       assert os.path.getsize(path) > 1000
+
+
+def test_pass_at_k_title_names_k():
+  titles = dict(plots.panels(8, pass_k=4))
+  assert titles["eval/pass_at_k"] == "held-out pass@4 (4 samples per prompt)"
+  assert dict(plots.panels(8))["eval/pass_at_k"] == "held-out pass@k"
+
+
+def test_running_mean_by_hand():
+  np.testing.assert_allclose(plots.running_mean([1.0, 3.0, 5.0, 7.0], 2), [1.0, 2.0, 4.0, 6.0])
+  np.testing.assert_allclose(plots.running_mean([2.0, 4.0, 9.0], 3), [2.0, 3.0, 5.0])
+  assert plots.smoothing_window(9) == 1 and plots.smoothing_window(10) == 3
+  assert plots.smoothing_window(500) == 25
+
+
+@pytest.mark.parametrize("kwargs, title", [
+    (dict(algorithm="grpo", prompts_per_step=32, group_size=8, update_batch=256,
+          learning_rate=1e-4, base_learning_rate=1e-4, lr_scaling="none", reference_batch=256,
+          schedule="cosine"),
+     "GRPO: P 32 x G 8 = B 256, peak lr 1e-04 (lr_scaling=none: the same lr at every B), "
+     "cosine schedule"),
+    (dict(algorithm="dapo", prompts_per_step=64, group_size=8, update_batch=512,
+          learning_rate=1e-4 * 2 ** 0.5, base_learning_rate=1e-4, lr_scaling="sqrt",
+          reference_batch=256, schedule="constant"),
+     "DAPO: P 64 x G 8 = B 512, peak lr 1.41e-04 (lr_scaling=sqrt: 1e-04 x sqrt(B/B0), B0 = 256), "
+     "constant schedule"),
+    (dict(algorithm="ppo", prompts_per_step=32, group_size=1, update_batch=16,
+          learning_rate=1e-4 * 16 / 256, base_learning_rate=1e-4, lr_scaling="linear",
+          reference_batch=256, schedule="cosine"),
+     "PPO: P 32 x G 1 = B 32, peak lr 6.25e-06 (lr_scaling=linear: 1e-04 x b/B0, b = 16 per "
+     "update, B0 = 256), cosine schedule"),
+])
+def test_run_title_names_algorithm_batch_and_lr_rule(kwargs, title):
+  assert plots.run_title(**kwargs) == title
