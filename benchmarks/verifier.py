@@ -1,6 +1,9 @@
 r"""Verifier throughput: answers/s for numeric, fraction and expression answers, plus bounds.
 
-  python benchmarks/verifier.py [--out benchmarks/results/verifier.json]
+  python benchmarks/verifier.py [--out DIR] [--quick]
+
+--out is the directory for verifier.json (default benchmarks/results; a path ending in .json is
+taken as the file itself); --quick measures each category once instead of best of 3 (seconds).
 
 Measures, on this machine's CPU (best of --repeats runs, result cache cleared before each):
   * numeric: 1,024 chain_sum-style responses ("17", "-3", "answer: 12") through
@@ -68,10 +71,14 @@ def _best(fn, repeats):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results",
-                                                    "verifier.json"))
-  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"),
+                      help="directory for verifier.json (or a .json file path)")
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs per category (best kept)")
+  parser.add_argument("--quick", action="store_true", help="one timed run per category")
   args = parser.parse_args()
+  if args.quick:
+    args.repeats = 1
+  out_path = args.out if args.out.endswith(".json") else os.path.join(args.out, "verifier.json")
 
   worker.client().close()
   start = time.perf_counter()
@@ -142,8 +149,8 @@ def main():
   result["cli"] = {"fast_path_wall_seconds": round(cli_fast, 3), "output": json.loads(out),
                    "sympy_wall_seconds": round(time.perf_counter() - start, 3),
                    "sympy_output": json.loads(out_sympy)}
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
+  os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+  with open(out_path, "w") as f:
     json.dump(result, f, indent=2)
     f.write("\n")
   print(json.dumps(result, indent=2))

@@ -188,7 +188,7 @@ def get_config(arg=None):
   # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt".
   config.optim.lr_scaling = "none"
   config.optim.reference_batch = 256
-  # Adjust Adam betas/eps for the batch ratio (see design.md).
+  # Adjust Adam betas/eps for the batch ratio (docs/design.md, rlscale/train/optimizer.py).
   config.optim.adjust_adam = False
 
   # --- Supervised warm start on the task's reference answers (cached; sweeps reuse it).

@@ -1,7 +1,7 @@
 """Held-out learning curves on the sample axis: smoothing, samples-to-target, invariance scores.
 
 A curve is (samples [n] responses consumed, values [n] held-out metric), one point per evaluation,
-the warm start at samples = 0 included. Conventions (design.md, "The study"):
+the warm start at samples = 0 included. Conventions (docs/design.md, "The study"):
 - smoothing: trailing running mean over the last `window` evaluations (fewer at the start), so a
   smoothed value only uses evaluations already made;
 - samples-to-target N*: linear interpolation of the smoothed curve between the two evaluations
