@@ -157,7 +157,7 @@ def _pieces(parsed: math_parser.Parsed) -> Optional[list[math_parser.Interval]]:
     return [value]
   if isinstance(value, math_parser.IntervalUnion):
     return list(value.parts)
-  if parsed.open_pair:
+  if parsed.open_pair and all(isinstance(v, sympy.Expr) for v in value):
     return [math_parser.Interval(value[0], value[1], True, True)]
   return None
 

@@ -89,6 +89,7 @@ def test_interval_parse_errors(text, message):
     ("(1, 2)", "1, 2", True, "tuple elementwise"),
     ("[1, 2]", "1, 2", False, "interval against a non-interval"),
     ("[1, 2]", "3", False, "interval against a non-interval"),
+    ("((1, 2), (3, 4))", "[1, 2]", False, "interval against a non-interval"),  # pair of pairs
 ])
 def test_compare_intervals(a, b, equal, how):
   assert equivalence.compare_answers(a, b, rel_tol=1e-6, percent=False) == (equal, how)
