@@ -11,6 +11,7 @@ regex has two adjacent repeats that can backtrack into each other. A hostile 64 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from typing import Callable, Optional, Sequence
@@ -37,11 +38,16 @@ _GSM8K_RE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
 _LAST_NUMBER_RE = re.compile(
     r"-?\\[dt]?frac\{-?\d+\}\{\d+\}"
     r"|(?<![A-Za-z0-9.])-?(?:\d{1,3}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?"
+    # One look at the next character skips the optional parts below for most numbers.
+    r"(?:(?=[\seE/\\%p\u00d7])"
     r"(?:[eE][+-]?\d+(?![A-Za-z\d])"
     r"|\s*(?:\\times|\\cdot|\u00d7)\s*10\s*\^\s*(?:\{\s*[+-]?\d+\s*\}|[+-]?\d+))?"
     r"(?:\s*/\s*\d+(?![\d.]))?"
-    r"(?:\\?%|\s?(?:percent|per cent)(?![A-Za-z]))?",
+    r"(?:\\?%|\s?(?:percent|per cent)(?![A-Za-z]))?)?",
     re.ASCII)
+
+
+_NUMBERS_CHECKED = 64
 
 
 class ExtractionError(ValueError):
@@ -185,13 +191,16 @@ def last_number(text: str) -> Optional[str]:
   """The last number in the text: "-1,234.5", "3/4", "50%", "28 percent", "1e-1",
   "3 \\times 10^{8}", "\\frac{1}{2}" (ASCII digits only).
 
-  The exponent of a unit is not a number of its own: "The area is 5 cm^2." gives "5".
+  The exponent of a unit is not a number of its own: "The area is 5 cm^2." gives "5" (among
+  the last `_NUMBERS_CHECKED` numbers; a text whose last 64 numbers are all unit exponents has
+  no answer here).
   """
-  last = None
-  for m in _LAST_NUMBER_RE.finditer(text):
+  # The regex scan runs in C; only the last `_NUMBERS_CHECKED` numbers are checked for being
+  # a unit's exponent (almost always just the last one), so the cost stays that of one scan.
+  for m in reversed(collections.deque(_LAST_NUMBER_RE.finditer(text), _NUMBERS_CHECKED)):
     if not units.is_unit_exponent(text, m.start()):
-      last = m
-  return last.group(0) if last else None
+      return m.group(0)
+  return None
 
 
 def full(text: str) -> Optional[str]:

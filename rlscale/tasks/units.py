@@ -74,34 +74,34 @@ _BARE_RE = re.compile(
 _VALUE_END = frozenset("0123456789})")
 
 
-# A unit word before "^" ("cm", "square meters"), and a wrapper that ends right before it.
-_BARE_UNIT_WORD_RE = re.compile(_BARE_UNIT, re.ASCII)
-_WRAPPER_BEFORE_RE = re.compile(
-    r"\\(?:text|textrm|textbf|mbox|textnormal|textup|mathrm|operatorname) ?\{[^{}]*\}$")
+# Unit words that may carry an exponent when bare ("cm^2", "feet^2"), and a wrapper that ends
+# right before the "^" ("\\text{ m}^3").
+_BARE_UNIT_WORDS = frozenset(
+    [w + end for w in _PLURAL_STEMS for end in ("", "s", "es")] + list(_ABBREVIATIONS))
+_WRAPPERS = ("\\text", "\\textrm", "\\textbf", "\\mbox", "\\textnormal", "\\textup", "\\mathrm",
+             "\\operatorname")
 _LOOK_BACK = 48  # longer than any unit in a wrapper, with its spacing
-_MAX_WORD = 16  # longer than any unit word
+_ASCII_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def is_unit_exponent(text: str, start: int) -> bool:
   """Whether the number at `text[start]` is the exponent of a unit ("5 cm^2", "5\\text{ m}^{3}").
 
-  Looks a bounded number of characters back (at most `_LOOK_BACK`), so calling it for every
-  number of a text stays linear. Bare single letters ("m^2") are not units (see module doc).
+  Reads at most `_LOOK_BACK` characters back with string methods, and only after "^", "{", a
+  blank or a sign, so calling it for every number of a text stays linear and cheap. Bare single
+  letters ("m^2") are not units (see the module docstring).
   """
-  i = start
-  while i > 0 and start - i < 4 and text[i - 1] in " {+-":
-    i -= 1
-  if i == 0 or text[i - 1] != "^":
-    return False  # the common case, decided in O(1): not an exponent at all
-  j = i - 1
-  if j > 0 and text[j - 1] == " ":
-    j -= 1
-  if j > 0 and text[j - 1] == "}":
-    return bool(_WRAPPER_BEFORE_RE.search(text, max(0, j - _LOOK_BACK), j))
-  k = j
-  while k > 0 and j - k <= _MAX_WORD and text[k - 1].isascii() and text[k - 1].isalpha():
-    k -= 1
-  return j - k <= _MAX_WORD and bool(_BARE_UNIT_WORD_RE.fullmatch(text, k, j))
+  if start == 0 or text[start - 1] not in "^{ +-":
+    return False  # the common case, decided in O(1)
+  head = text[max(0, start - _LOOK_BACK):start].rstrip(" {+-")
+  if not head.endswith("^"):
+    return False
+  head = head[:-1].rstrip(" ")
+  if head.endswith("}"):  # "\\text{ cm}" (no brace inside the wrapper)
+    brace = head.rfind("{")
+    return (brace >= 0 and "}" not in head[brace + 1:-1] and
+            head[:brace].rstrip(" ").endswith(_WRAPPERS))
+  return head[len(head.rstrip(_ASCII_LETTERS)):] in _BARE_UNIT_WORDS
 
 
 def _after_value(text: str, start: int) -> bool:

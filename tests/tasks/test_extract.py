@@ -87,8 +87,9 @@ def test_deeply_nested_boxes_unwrap_to_the_innermost_answer_without_recursion():
     ("boxed", "\\boxed x " * 20_000, "x"),
     ("last_number", "1e" * 50_000, "1"),
     ("last_number", "1 \\times 10^" * 10_000, "10"),  # the final "10^" has no exponent
-    ("last_number", r"5\text{ cm}^" * 20_000 + "2", "5"),
-    ("last_number", "5 cm^" * 20_000 + "2", "5"),
+    ("last_number", r"5\text{ cm}^" * 20_000 + "2", None),  # only the last 64 numbers count
+    ("last_number", "5 cm^" * 20_000 + "2", None),
+    ("last_number", "5 cm^" * 63 + "2", "5"),
     ("last_number", "1" + " " * 100_000 + "percent", "1"),  # a percent word is one space away
 ])
 def test_pathological_shapes_stay_linear(name, text, expected):
