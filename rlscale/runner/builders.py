@@ -6,6 +6,7 @@ Kept apart from the loop so Colab users can build a run, poke at its parts, and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -15,6 +16,7 @@ import numpy as np
 
 from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
+from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.runner import plots
 from rlscale.runner import sft
@@ -55,6 +57,9 @@ class Run:
   # from the cache) in this process; not part of the RL wall time.
   warm_start_seconds: float
   total_steps: int  # RL steps of the run (train.total_steps, or from train.total_samples)
+  # compute_batch_advantages for this run's rl config, jitted: (rewards, response_mask, *,
+  # old_logp, ref_logp, values) -> {"advantages", ...}
+  advantage_fn: Callable
   log: Callable[[str], None] = print
   title: str = ""  # what the run is (plots.run_title): algorithm, P x G = B, lr and its rule
   smoke: bool = False  # config.smoke: a smoke variant, which checks the pipeline, not learning
@@ -288,5 +293,6 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
              sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,
              ref_params=ref_params, logp_fn=logp_fn, value_fn=value_fn,
              prompt_buckets=buckets, num_devices=num_devices,
-             warm_start_seconds=warm_start_seconds, total_steps=total_steps, log=log,
+             warm_start_seconds=warm_start_seconds, total_steps=total_steps,
+             advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)), log=log,
              title=title, smoke=bool(config.get("smoke", False)))

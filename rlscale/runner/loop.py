@@ -1,8 +1,10 @@
 """The RL loop: config -> trained policy, metrics.jsonl, checkpoints, curves and summary.json.
 
 One step: P prompts from the task stream -> G samples each (pmapped sampler) -> rewards (host
-verifier) -> advantages -> update step (pmapped) -> one metrics record indexed by step, responses
-consumed and wall seconds per phase (generation / reward / training / evaluation). Every
+verifier) -> advantages (jitted) -> update step (pmapped) -> one metrics record indexed by step,
+responses consumed and seconds per part (`rlscale.runner.timing`: generation / reward / training /
+evaluation / checkpointing execution, JAX compilation apart, and the rest as other; `time/*` since
+the previous record, `wall/*` cumulative, parts summing to `wall/total`). Every
 `train.checkpoint_every` steps the train state, the task-stream position and the cumulative wall
 time are saved; running the same command again resumes from there and reproduces the metrics of an
 uninterrupted run, because every step's randomness is `fold_in(seed key, step)`.
@@ -20,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import time
 from typing import Any, NamedTuple
 
 import jax
@@ -29,7 +30,6 @@ import tqdm
 
 from rlscale.model import save_hf_checkpoint
 from rlscale.rl import dapo, masks
-from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import builders
 from rlscale.runner.batching import decode_responses, encode_prompts
@@ -37,10 +37,11 @@ from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.evaluate import accuracy_change_note, evaluation_key
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
+from rlscale.runner.timing import RunClock
 from rlscale.tasks.rewards import score_batch
 from rlscale.train import update as update_lib
+from rlscale.train.optimizer import clipping_threshold
 
-PHASES = ("generation", "reward", "training", "evaluation")
 CONFIG_FILE = "config.json"
 POLICY_DIR = "policy"  # the final policy as a HF checkpoint
 WARM_START_FILE = "warm_start_seconds.json"  # written once by the first segment of a run
@@ -124,6 +125,14 @@ def group_stats(rewards: np.ndarray, correct: np.ndarray, group_size: int) -> di
           "groups/all_correct": float(correct.reshape(-1, group_size).all(axis=1).mean())}
 
 
+def clip_fired(grad_norm: float, threshold: float | None) -> float:
+  """`optim/clipped`: 1.0 when global-norm clipping changed the step's update (pre-clip norm
+  `train/grad_norm` > threshold), else 0.0 (always 0 with clipping off, threshold None). With
+  several optimizer updates per step (epochs x minibatches) grad_norm is their mean, so this says
+  whether the mean norm exceeded the threshold."""
+  return float(threshold is not None and grad_norm > threshold)
+
+
 def evaluation_due(*, step: int, total_steps: int, samples_before: int, samples_after: int,
                    eval_every: int, eval_every_samples: int | None) -> bool:
   """Whether the step that took the run from `samples_before` to `samples_after` responses
@@ -159,7 +168,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   run = builders.build_run(config, workdir)
   # Wall time counts from here: the (cached, shared) warm start is reported apart, so runs of a
   # sweep are comparable whether or not they trained the warm start themselves.
-  start_time = time.perf_counter()
+  clock = RunClock()
   rl = run.rl_config
   with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
     f.write(json.dumps({"config": config.to_dict(), "rl_resolved": rl.to_dict()},
@@ -168,15 +177,14 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
                               keep=config.train.keep_checkpoints)
   state = run.state
-  step, wall_offset = 0, 0.0
+  step = 0
   counters = {"samples": 0, "prompts": 0}  # responses generated, prompts drawn from the stream
-  phase_totals = dict.fromkeys(PHASES, 0.0)
   latest = checkpointer.latest_step()
   if latest is not None:
     host_state, meta = checkpointer.restore(latest, update_lib.unreplicate(state))
     state = update_lib.replicate(host_state)
     step, counters = int(meta["step"]), dict(meta["counters"])
-    wall_offset, phase_totals = float(meta["wall_seconds"]), dict(meta["phase_seconds"])
+    clock.resume(meta["phase_seconds"], meta["wall_seconds"])
     run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
     summary_path = os.path.join(workdir, "summary.json")
     if step >= run.total_steps and os.path.exists(summary_path):
@@ -195,10 +203,9 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   base_key = jax.random.key(config.seed)
   eval_key = evaluation_key(config.task.get("eval_seed", 1234))
   if latest is None:
-    t0 = time.perf_counter()
-    warm_eval = run.evaluator(state.params, eval_key)
-    phase_totals["evaluation"] += time.perf_counter() - t0
-    logger.write({"step": 0, "samples": 0, **warm_eval, **_wall_record(phase_totals, start_time, wall_offset)})
+    with clock.measure("evaluation"):
+      warm_eval = run.evaluator(state.params, eval_key)
+    logger.write({"step": 0, "samples": 0, **warm_eval, **clock.record(interval=False)})
     run.log(f"warm start: held-out greedy accuracy {warm_eval['eval/greedy_accuracy']:.3f}, "
             f"pass@{config.eval.pass_k} {warm_eval['eval/pass_at_k']:.3f}")
     _save_warm_eval(workdir, warm_eval)
@@ -210,6 +217,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
       "seconds", run.warm_start_seconds)
 
   total_steps = run.total_steps
+  clip_threshold = clipping_threshold(config.optim)
   first_step = step
   last_eval = None
   warned_out_of_rounds = False
@@ -218,7 +226,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
     while step < total_steps and not stop.stop:
       step_key = jax.random.fold_in(base_key, step)
       samples_before = counters["samples"]
-      record, state = _rl_step(run, state, step_key, counters, phase_totals)
+      record, state = _rl_step(run, state, step_key, counters, clock)
+      record["optim/clipped"] = clip_fired(record["train/grad_norm"], clip_threshold)
       if record.get("sampling/out_of_rounds") and not warned_out_of_rounds:
         warned_out_of_rounds = True
         tqdm.tqdm.write(_out_of_rounds_warning(run, record, step + 1))
@@ -229,19 +238,20 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
       if evaluation_due(step=step, total_steps=total_steps, samples_before=samples_before,
                         samples_after=counters["samples"], eval_every=config.train.eval_every,
                         eval_every_samples=config.train.get("eval_every_samples")):
-        t0 = time.perf_counter()
-        last_eval = run.evaluator(state.params, eval_key)
-        phase_totals["evaluation"] += time.perf_counter() - t0
+        with clock.measure("evaluation"):
+          last_eval = run.evaluator(state.params, eval_key)
         record.update(last_eval)
-      record.update(_wall_record(phase_totals, start_time, wall_offset))
+      # time/* covers everything since the previous record (the previous step's checkpoint too).
+      record.update(clock.record())
       logger.write(record)
       bar.update(1)
       bar.set_postfix(reward=f"{record['reward/mean']:.3f}",
                       acc=f"{last_eval['eval/greedy_accuracy']:.3f}" if last_eval else "-")
       if step % config.train.checkpoint_every == 0 or step == total_steps or stop.stop:
-        checkpointer.save(step, update_lib.unreplicate(state), {
-            "step": step, "counters": counters,
-            "wall_seconds": record["wall/total"], "phase_seconds": phase_totals})
+        with clock.measure("checkpointing"):
+          checkpointer.save(step, update_lib.unreplicate(state), {
+              "step": step, "counters": counters,
+              "wall_seconds": clock.wall_seconds(), "phase_seconds": clock.totals})
   bar.close()
   logger.close()
   checkpointer.close()
@@ -249,7 +259,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
     run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
     return {"interrupted": True, "steps": step}
   return _finish(workdir, run, update_lib.unreplicate(state.params), warm_eval, step, counters,
-                 phase_totals, start_time, wall_offset)
+                 clock)
 
 
 class Generated(NamedTuple):
@@ -279,35 +289,35 @@ def _filler_rows(generated: Generated) -> np.ndarray:
   return np.asarray(generated.filler, bool)
 
 
-def _generate_groups(run, state, key, stream_position, phase_totals) -> Generated:
+def _generate_groups(run, state, key, stream_position, clock) -> Generated:
   """Samples G responses for each of the P prompts at `stream_position` and scores them.
 
   With dynamic sampling every round pads its prompts to the largest bucket, so rounds can be mixed
-  in one batch. Adds the sampling and scoring seconds to phase_totals."""
+  in one batch. Times drawing, encoding and sampling as generation, decoding and scoring as reward
+  (`clock`, a RunClock)."""
   rl = run.rl_config
   P, G = rl.prompts_per_step, rl.group_size
-  examples = [run.task.train_example(stream_position + i) for i in range(P)]
-  buckets = run.prompt_buckets[-1:] if rl.dynamic_sampling else run.prompt_buckets
-  prompt_tokens, prompt_mask = encode_prompts(
-      run.tokenizer, [run.task.format_prompt(e) for e in examples], buckets)
-  t0 = time.perf_counter()
-  # The G responses of a prompt share its prefill (rows p * G + g, groups adjacent).
-  rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True,
-                        samples_per_prompt=G)
-  t1 = time.perf_counter()
-  t_r = rollout.response_mask.shape[1]
-  texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
-  group_examples = [e for e in examples for _ in range(G)]
-  scores, correct, _ = score_batch(run.task, texts, group_examples,
-                                   response_lengths=rollout.lengths)
-  scores = np.asarray(scores, np.float32)
-  rewards = scores
-  if rl.overlong_buffer_frac > 0:
-    buffer = dapo.overlong_buffer_tokens(rl.overlong_buffer_frac, t_r)
-    rewards = scores + np.asarray(dapo.overlong_penalty(
-        rollout.lengths, max_len=t_r, buffer_len=buffer, penalty_factor=rl.overlong_penalty_factor))
-  phase_totals["generation"] += t1 - t0
-  phase_totals["reward"] += time.perf_counter() - t1
+  with clock.measure("generation"):
+    examples = [run.task.train_example(stream_position + i) for i in range(P)]
+    buckets = run.prompt_buckets[-1:] if rl.dynamic_sampling else run.prompt_buckets
+    prompt_tokens, prompt_mask = encode_prompts(
+        run.tokenizer, [run.task.format_prompt(e) for e in examples], buckets)
+    # The G responses of a prompt share its prefill (rows p * G + g, groups adjacent).
+    rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True,
+                          samples_per_prompt=G)
+  with clock.measure("reward"):
+    t_r = rollout.response_mask.shape[1]
+    texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
+    group_examples = [e for e in examples for _ in range(G)]
+    scores, correct, _ = score_batch(run.task, texts, group_examples,
+                                     response_lengths=rollout.lengths)
+    scores = np.asarray(scores, np.float32)
+    rewards = scores
+    if rl.overlong_buffer_frac > 0:
+      buffer = dapo.overlong_buffer_tokens(rl.overlong_buffer_frac, t_r)
+      rewards = scores + np.asarray(dapo.overlong_penalty(
+          rollout.lengths, max_len=t_r, buffer_len=buffer,
+          penalty_factor=rl.overlong_penalty_factor))
   return Generated(rollout, np.asarray(rewards, np.float32), scores, correct)
 
 
@@ -343,7 +353,7 @@ def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, flo
   return stats
 
 
-def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generated, dict]:
+def _collect_rollouts(run, state, key, counters, clock) -> tuple[Generated, dict]:
   """One rollout batch of P groups, and statistics over all responses generated for it.
 
   With DAPO dynamic sampling (Yu et al. 2025), groups whose verdicts are all equal carry no
@@ -358,7 +368,7 @@ def _collect_rollouts(run, state, key, counters, phase_totals) -> tuple[Generate
   rounds, parts, spare, kept = [], [], [], 0
   for round_index in range(MAX_SAMPLING_ROUNDS if rl.dynamic_sampling else 1):
     generated = _generate_groups(run, state, jax.random.fold_in(key, round_index),
-                                 counters["prompts"], phase_totals)
+                                 counters["prompts"], clock)
     counters["prompts"] += P
     counters["samples"] += P * G
     rounds.append(generated)
@@ -412,59 +422,47 @@ def _behaviour_logp(run, state, sharded, rollout) -> tuple[np.ndarray, dict[str,
   return old_logp, {"train/sampler_trainer_k3": float(mismatch)}
 
 
-def _rl_step(run, state, step_key, counters, phase_totals):
-  """One rollout batch and its update(s); advances `counters` and `phase_totals` in place.
+def _rl_step(run, state, step_key, counters, clock):
+  """One rollout batch and its update(s); advances `counters` and the RunClock `clock` in place.
 
   Returns (metrics record, new state)."""
   rl = run.rl_config
   sample_key, update_key = jax.random.split(step_key)
-  before = dict(phase_totals)
-  generated, generation_stats = _collect_rollouts(run, state, sample_key, counters, phase_totals)
+  generated, generation_stats = _collect_rollouts(run, state, sample_key, counters, clock)
   rollout, rewards = generated.rollout, generated.rewards
-  t1 = time.perf_counter()
-  batch = {
-      "tokens": rollout.tokens,
-      "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
-      "response_mask": rollout.response_mask,
-      "old_logp": rollout.logp,
-  }
-  sharded = update_lib.shard_batch(batch, run.num_devices)
-  old_logp, mismatch = _behaviour_logp(run, state, sharded, rollout)
-  extras = {}
-  if update_lib.uses_ref_logp(rl):
-    extras["ref_logp"] = run.logp_fn(run.ref_params, sharded)
-  if update_lib.uses_critic(rl):
-    extras["values"] = run.value_fn(state.critic_params, sharded)
-  flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
-  targets = compute_batch_advantages(rl, rewards, rollout.response_mask, old_logp=old_logp,
-                                     ref_logp=flat.get("ref_logp"), values=flat.get("values"))
-  if "ref_logp" in extras:
-    sharded["ref_logp"] = extras["ref_logp"]
-  if "values" in extras:
-    sharded["old_values"] = extras["values"]
-  # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
-  loss_mask, mask_stats = _loss_mask(run, generated)
-  targets = {k: np.asarray(v) for k, v in targets.items()}
-  sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask}, run.num_devices))
-  t2 = time.perf_counter()
-  state, metrics = run.update_fn(state, sharded, update_lib.replicate_key(update_key, run.num_devices))
-  metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
-             for k, v in jax.device_get(metrics).items()}
-  t3 = time.perf_counter()
-  phase_totals["training"] += t3 - t1
-  record = {
-      **generation_stats, **mask_stats, **metrics, **mismatch,
-      "tokens/trained": int(batch["input_mask"].sum()),
-      **{f"time/{p}": phase_totals[p] - before[p] for p in ("generation", "reward", "training")},
-      "time/advantages": t2 - t1,
-  }
+  with clock.measure("training"):
+    batch = {
+        "tokens": rollout.tokens,
+        "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
+        "response_mask": rollout.response_mask,
+        "old_logp": rollout.logp,
+    }
+    sharded = update_lib.shard_batch(batch, run.num_devices)
+    old_logp, mismatch = _behaviour_logp(run, state, sharded, rollout)
+    extras = {}
+    if update_lib.uses_ref_logp(rl):
+      extras["ref_logp"] = run.logp_fn(run.ref_params, sharded)
+    if update_lib.uses_critic(rl):
+      extras["values"] = run.value_fn(state.critic_params, sharded)
+    flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
+    targets = run.advantage_fn(rewards, rollout.response_mask, old_logp=old_logp,
+                               ref_logp=flat.get("ref_logp"), values=flat.get("values"))
+    if "ref_logp" in extras:
+      sharded["ref_logp"] = extras["ref_logp"]
+    if "values" in extras:
+      sharded["old_values"] = extras["values"]
+    # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
+    loss_mask, mask_stats = _loss_mask(run, generated)
+    targets = {k: np.asarray(v) for k, v in targets.items()}
+    sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask},
+                                          run.num_devices))
+    state, metrics = run.update_fn(state, sharded,
+                                   update_lib.replicate_key(update_key, run.num_devices))
+    metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
+               for k, v in jax.device_get(metrics).items()}
+  record = {**generation_stats, **mask_stats, **metrics, **mismatch,
+            "tokens/trained": int(batch["input_mask"].sum())}
   return record, state
-
-
-def _wall_record(phase_totals, start_time, wall_offset) -> dict[str, float]:
-  record = {f"wall/{p}": phase_totals[p] for p in PHASES}
-  record["wall/total"] = wall_offset + time.perf_counter() - start_time
-  return record
 
 
 def _out_of_rounds_warning(run, record, step) -> str:
@@ -494,6 +492,11 @@ def _load_warm_eval(workdir):
   return _read_json(os.path.join(workdir, "warm_start_eval.json"))
 
 
+def _mean_of(records, key):
+  values = [r[key] for r in records if key in r]
+  return float(np.mean(values)) if values else None
+
+
 def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
   """Writes the policy as a HF checkpoint (config.json + model.safetensors, loadable by
   `rlscale.model.load_hf_checkpoint` and by transformers) to `<workdir>/policy`, with the run's
@@ -513,13 +516,15 @@ def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
   return final
 
 
-def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start_time, wall_offset):
+def _finish(workdir, run, params, warm_eval, step, counters, clock):
   policy = export_policy(workdir, run.model_config, params, run.tokenizer)
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
   plots = plot_curves(records, workdir, title=run.title, group_size=run.rl_config.group_size,
                       pass_k=run.evaluator.pass_k)
   final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
-  rl_seconds = sum(phase_totals[p] for p in ("generation", "reward", "training"))
+  times = clock.record(interval=False)
+  parts = {key[len("wall/"):]: value for key, value in times.items() if key != "wall/total"}
+  rl_seconds = sum(parts[p] for p in ("generation", "reward", "training"))
   summary = {
       "warm_start_accuracy": warm_eval.get("eval/greedy_accuracy"),
       "final_accuracy": final_eval.get("eval/greedy_accuracy"),
@@ -529,11 +534,14 @@ def _finish(workdir, run, params, warm_eval, step, counters, phase_totals, start
       "steps": step,
       "samples_consumed": counters["samples"],
       "prompts_consumed": counters["prompts"],
-      "wall_seconds": wall_offset + time.perf_counter() - start_time,
-      # Seconds per phase of the RL run; warm_start (model load + SFT or its cache, recorded by
-      # the run's first segment) is not part of wall_seconds.
-      "phase_seconds": {**phase_totals, "warm_start": run.warm_start_seconds},
+      "wall_seconds": times["wall/total"],
+      # Seconds per part of the RL run (execution; compilation apart; they sum to wall_seconds);
+      # warm_start (model load + SFT or its cache, recorded by the run's first segment) is not
+      # part of wall_seconds.
+      "phase_seconds": {**parts, "warm_start": run.warm_start_seconds},
       "steps_per_second": step / rl_seconds if rl_seconds else None,
+      # Fraction of RL steps whose update gradient clipping changed (optim/clipped).
+      "clipped_fraction": _mean_of(records, "optim/clipped"),
       "num_devices": run.num_devices,
       "plots": plots,
       "metrics": os.path.join(workdir, "metrics.jsonl"),

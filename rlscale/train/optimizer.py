@@ -5,10 +5,12 @@ For a batch of B responses per optimizer step and the config's reference batch B
 - learning rate (`optim.lr_scaling`): "none" lr0; "linear" lr0 * k (Goyal et al. 2017);
   "sqrt" lr0 * sqrt(k), the square-root rule for Adam (Malladi et al. 2022);
 - with `optim.adjust_adam`, the Adam moment decays keep their horizon in samples rather than steps:
-  beta_i -> 1 - k (1 - beta_i), clipped to [0, 0.99999] (0: the average covers one step, the rule's
-  limit; 0.99999 keeps bias correction well conditioned), and eps -> eps / sqrt(k) (the gradient
-  noise, and so sqrt(v), shrinks like 1/sqrt(B)) (Malladi et al. 2022, "On the SDEs and scaling
-  rules for adaptive gradient algorithms").
+  beta_i -> 1 - k (1 - beta_i), and eps -> eps / sqrt(k) (the gradient noise, and so sqrt(v),
+  shrinks like 1/sqrt(B)) (Malladi et al. 2022, "On the SDEs and scaling rules for adaptive
+  gradient algorithms"). The rule needs k (1 - beta_i) < 1 (a decay in (0, 1)); beyond it the
+  average would have to span less than one step, the rule no longer holds, and the batch is
+  refused with a ValueError rather than silently clamped to beta = 0. Betas above 0.99999 (k < 1)
+  are capped there to keep bias correction well conditioned.
 
 The learning rate follows a schedule (linear warmup, then constant, cosine or linear decay) and is
 injected with `optax.inject_hyperparams`, so `current_learning_rate(opt_state)` reads back the value
@@ -28,8 +30,8 @@ import optax
 LR_SCALINGS = ("none", "linear", "sqrt")
 SCHEDULES = ("constant", "cosine", "linear")
 OPTIMIZERS = ("adam", "adamw")
-# Range for the adjusted Adam betas (see the module docstring).
-BETA_RANGE = (0.0, 0.99999)
+# Largest adjusted Adam beta (see the module docstring).
+MAX_ADJUSTED_BETA = 0.99999
 
 
 def _batch_ratio(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> float:
@@ -69,8 +71,10 @@ def scaled_learning_rate(optim_cfg: ml_collections.ConfigDict, batch_size: int,
 
 def adam_hyperparams(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str, float]:
   """{"b1", "b2", "eps"} for `batch_size`: the config's values, adjusted for k = B / B0 when
-  optim.adjust_adam is set (see the module docstring). Raises ValueError for bad batch sizes or
-  betas outside [0, 1)."""
+  optim.adjust_adam is set (see the module docstring).
+
+  Raises ValueError for bad batch sizes, betas outside [0, 1), or, with optim.adjust_adam, a batch
+  outside the rule's range k (1 - beta) < 1 (naming the beta, k and the largest batch allowed)."""
   b1, b2, eps = optim_cfg.b1, optim_cfg.b2, optim_cfg.eps
   for name, beta in (("b1", b1), ("b2", b2)):
     if not 0.0 <= beta < 1.0:
@@ -78,7 +82,15 @@ def adam_hyperparams(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> d
   if not optim_cfg.adjust_adam:
     return {"b1": float(b1), "b2": float(b2), "eps": float(eps)}
   k = _batch_ratio(optim_cfg, batch_size)
-  adjust = lambda beta: float(min(max(1.0 - k * (1.0 - beta), BETA_RANGE[0]), BETA_RANGE[1]))  # noqa: E731
+  for name, beta in (("b1", b1), ("b2", b2)):
+    if k * (1.0 - beta) >= 1.0 - 1e-9:  # tolerance: 10 * (1 - 0.9) rounds below 1
+      raise ValueError(
+          f"optim.adjust_adam: batch {batch_size} is k = {k:g} x optim.reference_batch="
+          f"{optim_cfg.reference_batch}, and k (1 - optim.{name}) = {k * (1.0 - beta):g} >= 1, "
+          f"outside the scaling rule's range k (1 - beta) < 1 (optim.{name}={beta} allows "
+          f"k < {1.0 / (1.0 - beta):g}); use a smaller batch, a larger optim.reference_batch or "
+          f"optim.{name}, or optim.adjust_adam=False")
+  adjust = lambda beta: float(min(1.0 - k * (1.0 - beta), MAX_ADJUSTED_BETA))  # noqa: E731
   return {"b1": adjust(b1), "b2": adjust(b2), "eps": float(eps / math.sqrt(k))}
 
 
@@ -125,6 +137,13 @@ def _decay_mask(params):
   return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
+def clipping_threshold(optim_cfg: ml_collections.ConfigDict) -> Optional[float]:
+  """The global-norm clipping threshold `optim.grad_clip_norm`, or None when clipping is off
+  (None or <= 0). Clipping fires on an update whose pre-clip global gradient norm exceeds it."""
+  clip = optim_cfg.get("grad_clip_norm")
+  return float(clip) if clip is not None and clip > 0 else None
+
+
 def make_optimizer(optim_cfg: ml_collections.ConfigDict, *, batch_size: int, total_steps: int,
                    learning_rate: Optional[float] = None) -> optax.GradientTransformation:
   """optax chain: clip_by_global_norm(optim.grad_clip_norm) -> Adam/AdamW with the scheduled,
@@ -155,8 +174,8 @@ def make_optimizer(optim_cfg: ml_collections.ConfigDict, *, batch_size: int, tot
     if optim_cfg.weight_decay:
       raise ValueError("optim.weight_decay needs optim.optimizer='adamw' (Adam has no decoupled decay)")
     adam = optax.inject_hyperparams(optax.adam)(learning_rate=schedule, **hyper)
-  clip = optim_cfg.grad_clip_norm
-  if clip is not None and clip > 0:
+  clip = clipping_threshold(optim_cfg)
+  if clip is not None:
     return optax.chain(optax.clip_by_global_norm(clip), adam)
   return optax.chain(adam)
 

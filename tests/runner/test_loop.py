@@ -10,7 +10,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from rlscale.model import load_hf_checkpoint
-from rlscale.runner.loop import group_stats, train_and_evaluate
+from rlscale.runner.loop import clip_fired, group_stats, train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
 from tests.runner.runner_configs import comparable, tiny_config
 
@@ -73,6 +73,40 @@ def test_run_writes_outputs(full_run):
   assert {r["step"] for r in records if "eval/greedy_accuracy" in r} == {0, 2, 4}
   assert summary["warm_start_accuracy"] == records[0]["eval/greedy_accuracy"]
   assert summary["final_accuracy"] == records[-1]["eval/greedy_accuracy"]
+
+
+def test_time_parts_sum_to_wall_total_and_step_one_is_not_compilation(full_run):
+  """Issue 13 item 8: every record's wall/* parts (execution per part, compile, other) sum to
+  wall/total, time/* (since the previous record) to time/total; step 1's generation holds no
+  compilation (it was seconds against milliseconds for later steps)."""
+  workdir, summary = full_run
+  records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+  parts = ("generation", "reward", "training", "evaluation", "checkpointing", "compile", "other")
+  for r in records:
+    assert sum(r[f"wall/{p}"] for p in parts) == pytest.approx(r["wall/total"], abs=1e-6)
+    assert r["wall/other"] >= -1e-3
+  for r in records[1:]:
+    assert sum(r[f"time/{p}"] for p in parts) == pytest.approx(r["time/total"], abs=1e-6)
+  for previous, r in zip(records, records[1:]):
+    assert r["time/total"] == pytest.approx(r["wall/total"] - previous["wall/total"], abs=1e-6)
+  assert records[1]["time/compile"] > 0  # the sampler's and update step's first compilation
+  generation = [r["time/generation"] for r in records[1:]]
+  assert generation[0] <= 10 * float(np.median(generation)) + 0.5
+  assert summary["phase_seconds"]["compile"] >= records[-1]["wall/compile"]
+  assert sum(summary["phase_seconds"][p] for p in parts) == pytest.approx(
+      summary["wall_seconds"], abs=1e-6)
+
+
+def test_clipping_is_logged_per_step_and_as_a_fraction(full_run):
+  workdir, summary = full_run
+  threshold = tiny_config().optim.grad_clip_norm
+  records = read_metrics(os.path.join(workdir, "metrics.jsonl"))[1:]
+  assert [r["optim/clipped"] for r in records] == [
+      float(r["train/grad_norm"] > threshold) for r in records]
+  assert summary["clipped_fraction"] == pytest.approx(np.mean([r["optim/clipped"] for r in records]))
+  assert clip_fired(2.0, 1.0) == 1.0 and clip_fired(0.5, 1.0) == 0.0
+  assert clip_fired(1.0, 1.0) == 0.0  # optax scales by threshold / max(norm, threshold): no change
+  assert clip_fired(1e9, None) == 0.0  # clipping off
 
 
 def test_final_policy_is_exported_as_a_hf_checkpoint_of_the_last_state(full_run):

@@ -39,10 +39,21 @@ def test_adam_adjustment():
   out = opt_lib.adam_hyperparams(_optim(adjust_adam=True), 256)  # k = 4
   assert out["b1"] == pytest.approx(0.6) and out["b2"] == pytest.approx(0.996)
   assert out["eps"] == pytest.approx(5e-9)
-  big = opt_lib.adam_hyperparams(_optim(adjust_adam=True), 64 * 20)  # k = 20: b1 -> -1, clipped
-  assert big["b1"] == 0.0 and big["b2"] == pytest.approx(0.98)
+  edge = opt_lib.adam_hyperparams(_optim(adjust_adam=True), 64 * 9)  # k = 9: k (1 - b1) = 0.9
+  assert edge["b1"] == pytest.approx(0.1) and edge["b2"] == pytest.approx(0.991)
   small = opt_lib.adam_hyperparams(_optim(adjust_adam=True, b2=0.99999), 32)  # k = 1/2
   assert small["b1"] == pytest.approx(0.95) and small["b2"] == 0.99999
+
+
+@pytest.mark.parametrize("batch, fields, name, bound", [
+    (64 * 10, {}, "b1", "k < 10"),  # k (1 - 0.9) = 1: was silently clamped to b1 = 0
+    (64 * 20, {}, "b1", "k < 10"),  # k (1 - 0.9) = 2
+    (64 * 4, {"b1": 0.5, "b2": 0.5}, "b1", "k < 2"),
+    (64 * 4, {"b1": 0.9, "b2": 0.5}, "b2", "k < 2"),
+])
+def test_adam_adjustment_outside_the_rule_is_refused(batch, fields, name, bound):
+  with pytest.raises(ValueError, match=rf"optim\.{name}.*>= 1.*{bound}"):
+    opt_lib.adam_hyperparams(_optim(adjust_adam=True, **fields), batch)
 
 
 @pytest.mark.parametrize("schedule, at_end", [("constant", 1.0), ("cosine", 0.1), ("linear", 0.1)])
