@@ -466,10 +466,11 @@ def _rl_step(run, state, step_key, counters, clock):
 
 
 def _out_of_rounds_warning(run, record, step) -> str:
-  return (f"warning: step {step}: DAPO dynamic sampling found {record['sampling/kept_groups_with_signal']}"
-          f" of {run.rl_config.prompts_per_step} groups with reward variance in "
-          f"{MAX_SAMPLING_ROUNDS} rounds; groups without signal (masked out of the loss) fill the "
-          "batch. Counted per step as sampling/out_of_rounds in metrics.jsonl; printed once")
+  return (f"warning: step {step}: DAPO dynamic sampling found "
+          f"{record['sampling/kept_groups_with_signal']} of {run.rl_config.prompts_per_step} "
+          f"groups with both right and wrong answers in {MAX_SAMPLING_ROUNDS} rounds; groups "
+          "without signal (masked out of the loss) fill the batch. Counted per step as "
+          "sampling/out_of_rounds in metrics.jsonl; printed once")
 
 
 def _write_json(path, value):
