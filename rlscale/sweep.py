@@ -11,6 +11,8 @@ number of failed runs (2 with one `error:` line for bad input). The work is done
 `rlscale.scaling.sweep`, which a notebook can import too.
 """
 
+import os
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -37,6 +39,10 @@ def _main(argv):
   if _PARALLEL.value < 1:
     raise ValueError(f"--parallel must be >= 1, got {_PARALLEL.value}")
   logging.set_verbosity(logging.WARNING)
+  # Runs of a sweep compile the same programs: share compilations through a persistent cache
+  # (before JAX is imported; the run processes inherit it).
+  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                        os.path.abspath(os.path.join(_WORKDIR.value, "jax_cache")))
   shard = hyper.parse_shard(_SHARD.value) if _SHARD.value is not None else None
   spec = config_flags.get_config_filename(flags.FLAGS["config"])
   cli_overrides = config_flags.get_override_values(flags.FLAGS["config"])

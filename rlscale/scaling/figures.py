@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 
 import matplotlib
 
@@ -20,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-t
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from rlscale.scaling import curves as curves_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from rlscale.scaling.throughput import PHASES  # noqa: E402  pylint: disable=g-import-not-at-top
 
-PHASES = ("generation", "reward", "training")
 
 
 def _colors(batches):
@@ -42,8 +43,9 @@ def _save(fig, out_dir, name):
 
 
 def learning_curves(report, runs, out_dir, *, x="samples") -> str:
-  """Figure 1 (x="samples") or 2 (x="wall/total"): smoothed held-out metric per batch, seed mean
-  with a min-max band, one panel per LR rule; the target as a dashed line."""
+  """Figure 1 (x="samples") or 2 (x="wall/total"): smoothed held-out metric per batch, one panel
+  per LR rule, the target as a dashed line. On the sample axis the seed mean with a min-max band
+  (every run evaluates at the same counts); on the time axis one line per run (own clocks)."""
   metric, target, window = (report["target"]["metric"], report["target"]["value"],
                             report["target"]["smoothing_window"])
   rules = _rules(report)
@@ -61,12 +63,16 @@ def learning_curves(report, runs, out_dir, *, x="samples") -> str:
       for name in group["runs"]:
         xs, ys = runs[name].curve(metric, x)
         curves.append((xs, curves_lib.running_mean(ys, window)))
+      label = f"B={batch} (lr {group['learning_rate']:.2g}, {len(curves)} seeds)"
+      if x != "samples":  # each run has its own clock: one line per seed, no band
+        for i, (xs, ys) in enumerate(curves):
+          ax.plot(xs, ys, color=colors[batch], alpha=0.8, label=label if i == 0 else None)
+        continue
       grid = curves_lib.common_grid(curves) if len(curves) > 1 else curves[0][0]
       if grid.size == 0:
         continue
       values = np.stack([np.interp(grid, c[0], c[1]) for c in curves])
-      ax.plot(grid, values.mean(0), color=colors[batch],
-              label=f"B={batch} (lr {group['learning_rate']:.2g}, {len(curves)} seeds)")
+      ax.plot(grid, values.mean(0), color=colors[batch], label=label)
       if len(curves) > 1:
         ax.fill_between(grid, values.min(0), values.max(0), color=colors[batch], alpha=0.2)
     ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
@@ -136,11 +142,14 @@ def target_figure(report, out_dir) -> str:
     ax.legend(fontsize=8, title="LR rule (red ring: censored)")
   ax = axes[2]
   dec = [d for d in report["decisions"] if d["throughput_ratio"] and d["samples_ratio"]]
+  labels = {}  # decisions at the same point share one label
   for d in dec:
     color = {True: "tab:green", False: "tab:red", None: "tab:gray"}[d["measured_faster"]]
     ax.scatter(d["samples_ratio"], d["throughput_ratio"], color=color, s=40)
-    ax.annotate(f"{d['lr_rule']} {d['candidate']}/{d['base']}",
-                (d["samples_ratio"], d["throughput_ratio"]), fontsize=7)
+    point = (round(d["samples_ratio"], 3), round(d["throughput_ratio"], 3))
+    labels.setdefault(point, []).append(f"{d['lr_rule']} {d['candidate']}/{d['base']}")
+  for (x, y), names in labels.items():
+    ax.annotate(", ".join(names), (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
   if dec:
     hi = max(max(d["samples_ratio"], d["throughput_ratio"]) for d in dec) * 1.2
     ax.plot([0, hi], [0, hi], "k--", lw=0.8)
@@ -151,7 +160,7 @@ def target_figure(report, out_dir) -> str:
                "dot colour = measured (green faster, red slower, grey unknown)", fontsize=9)
   ax.grid(alpha=0.3)
   fig.suptitle(f"{report['sweep']}: samples- and time-to-target vs batch "
-               f"(target {report['target']['metric']} = {report['target']['value']:g})")
+               f"(target {report['target']['metric']} = {report['target']['value']:g})", y=1.06)
   return _save(fig, out_dir, "fig4_target_vs_batch.png")
 
 
@@ -168,8 +177,8 @@ def gns_figure(report, out_dir) -> str:
         ax.plot(*zip(*pts), color=colors[entry["batch_size"]], alpha=0.6, lw=1)
     ax.set_yscale("log")
   else:
-    ax.text(0.5, 0.5, "B_simple not available:\n" + gns["note"][:120], ha="center", va="center",
-            transform=ax.transAxes, fontsize=8, wrap=True)
+    ax.text(0.5, 0.5, "B_simple not available:\n" + textwrap.fill(gns["note"], 60), ha="center",
+            va="center", transform=ax.transAxes, fontsize=8)
   for b in batches:
     ax.axhline(b, color=colors[b], ls="--", lw=0.8, label=f"B={b} tried")
   ax.set_xlabel("responses consumed")

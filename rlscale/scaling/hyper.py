@@ -137,3 +137,18 @@ def parse_shard(text: str) -> tuple[int, int]:
 def shard(items: Sequence[Any], index: int, count: int) -> list[Any]:
   """Every count-th item from index: the runs of shard index/count (job-array style)."""
   return list(items[index::count])
+
+
+def batch_lr_grid(*, prompts_per_step: Sequence[int], seeds: Sequence[int], learning_rate: float,
+                  rules: Sequence[str] = ("none", "sqrt"), grid_prompts: Sequence[int] = (),
+                  grid_multipliers: Sequence[float] = (), grid_rule: str = "sqrt") -> list[Overrides]:
+  """The batch-size study's runs: every P under every LR rule, plus an LR grid (learning_rate x
+  each multiplier, under `grid_rule`) at `grid_prompts`, for every seed (seed varies slowest).
+
+  Runs that end up with the same effective learning rate (e.g. every rule at the reference batch)
+  are merged when the sweep is planned (`rlscale.scaling.sweep.plan`), not here."""
+  runs = product(sweep("rl.prompts_per_step", prompts_per_step), sweep("optim.lr_scaling", rules))
+  if grid_prompts and grid_multipliers:
+    runs += product(sweep("rl.prompts_per_step", grid_prompts), fixed("optim.lr_scaling", grid_rule),
+                    sweep("optim.learning_rate", [learning_rate * m for m in grid_multipliers]))
+  return product(sweep("seed", seeds), runs)

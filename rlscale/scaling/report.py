@@ -30,18 +30,17 @@ from rlscale.scaling import curves as curves_lib
 from rlscale.scaling import decision as decision_lib
 from rlscale.scaling import fits
 from rlscale.scaling import noise_scale
+from rlscale.scaling.throughput import PHASES
 from rlscale.train.optimizer import scaled_learning_rate
 
 DEFAULT_METRIC = "eval/greedy_accuracy"
 LR_RULES = ("none", "sqrt", "linear")
 TUNED = "tuned"
-PHASES = ("generation", "reward", "training")
-# (|g_small|^2, |g_big|^2, B_small, B_big) metric keys, in order of preference: microbatch parts
-# (one device), then per-device parts (several devices).
+# (|g_small|^2, |g_big|^2, B_small, B_big) metric keys logged by the update step, newest first:
+# small = a microbatch on one device, a device's part on several (rlscale/train/update.py); the
+# older per-device names carry no information on one device (B_small = B_big).
 GNS_KEYS = (
-    ("train/grad_sq_norm_micro", "train/grad_sq_norm_global", "train/gns_batch_micro",
-     "train/gns_batch_global"),
-    ("train/grad_sq_norm_small", "train/grad_sq_norm_big", "train/gns_batch_small",
+    ("train/gns_grad_sq_small", "train/gns_grad_sq_big", "train/gns_batch_small",
      "train/gns_batch_big"),
     ("train/grad_sq_norm_local", "train/grad_sq_norm_global", "train/gns_batch_local",
      "train/gns_batch_global"),
@@ -328,6 +327,8 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str = D
       "throughput": {str(b): throughput.by_batch[b] for b in sorted(throughput.by_batch)},
       "phase_shares": _phase_shares(throughput),
       "step_cost_fit": (throughput.step_line._asdict() if throughput.step_line else None),
+      # The profile's own fits (generation a + b B and where b B = a, training vs tokens).
+      "profile_fits": (profile or {}).get("fits"),
       "scaling_fit": scaling_fit,
       "gns": gns,
   }

@@ -13,7 +13,8 @@ from rlscale.scaling import report as report_lib
 RUN_COLUMNS = ("name", "prompts_per_step", "group_size", "batch_size", "lr_rule", "learning_rate",
                "lr_multiplier", "seed", "samples_to_target", "censored", "samples_lower_bound",
                "throughput_responses_per_s", "time_to_target_s", "measured_time_to_target_s",
-               "final_metric", "warm_start_metric", "wall_seconds")
+               "run_throughput_responses_per_s", "final_metric", "warm_start_metric",
+               "wall_seconds")
 DECISION_COLUMNS = ("lr_rule", "base", "candidate", "throughput_ratio", "samples_ratio",
                     "predicted_faster", "measured_faster", "predicted_time_ratio",
                     "measured_time_ratio", "censored")
@@ -94,6 +95,14 @@ def markdown(report, figure_paths) -> str:
     f = report["step_cost_fit"]
     lines += ["", f"Step cost fit: t(B) = {f['intercept']:.3g} s + {f['slope']:.3g} s x B "
               f"(R^2 {f['r2']:.3f})."]
+  pf = report.get("profile_fits") or {}
+  if pf:
+    g, t = pf["generation"], pf["training"]
+    until = g["bandwidth_bound_until_batch"]
+    lines += ["", f"Profile fits: generation {g['intercept']:.3g} s + {g['slope']:.3g} s x B per step "
+              f"(R^2 {g['r2']:.3f}); the per-row cost equals the fixed cost at B = "
+              f"{_fmt(until)}, {'so generation is bandwidth-bound below it' if until else 'no fixed-cost regime found'}"
+              f". Training {t['intercept']:.3g} s + {t['slope']:.3g} s per trained token (R^2 {t['r2']:.3f})."]
   lines += ["", "## Decisions (each larger batch vs the smallest)", "",
             "| rule | base | candidate | q ratio | N* ratio [95% CI] | predicted faster | measured "
             "faster (runs' clocks) | censored |", "|---|---|---|---|---|---|---|---|"]
@@ -110,8 +119,8 @@ def markdown(report, figure_paths) -> str:
       s = groups[("sqrt", b)]
       if s["time_to_target_s"] is not None and s["runs"] != g["runs"]:
         slower = g["time_to_target_s"] > s["time_to_target_s"]
-        compare.append(f"- B={b}: without LR retuning (none) T = {g['time_to_target_s']:.1f} s "
-                       f"vs sqrt {s['time_to_target_s']:.1f} s: none is "
+        compare.append(f"- B={b}: without LR retuning (none) T = {_fmt(g['time_to_target_s'])} s "
+                       f"vs sqrt {_fmt(s['time_to_target_s'])} s: none is "
                        f"{'slower' if slower else 'not slower'}"
                        f"{' (a side is censored: lower bound)' if g['censored'] or s['censored'] else ''}.")
   if compare:

@@ -187,7 +187,11 @@ def prepare_warm_starts(runs: Sequence[Run], workdir: str, log: Callable[[str], 
       continue
     seen.add(signature)
     log(f"sweep: warm start for {run.name} (shared by every run with its model, task, seed)")
-    builders.build_run(run.config, os.path.join(workdir, SFT_DIR), log=log)
+    try:
+      builders.build_run(run.config, os.path.join(workdir, SFT_DIR), log=log)
+    except Exception as e:  # pylint: disable=broad-except
+      # The run fails again when it starts and is recorded then; the others go on.
+      log(f"sweep: warm start for {run.name} failed ({type(e).__name__}: {e})")
   return time.perf_counter() - t0
 
 

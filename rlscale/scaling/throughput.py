@@ -2,10 +2,11 @@
 
 For each prompts-per-step P (B = P * G responses) the run is built exactly as the runner builds it
 (`rlscale.runner.builders.build_run`, warm start from the cache) and RL steps are taken with the
-runner's own step (`rlscale.runner.loop._rl_step`: sampling, rewards, advantages, update), so the
-profile times the code the sweep runs. The first `warmup` steps hold the compilations (reported
-apart as compile seconds); the next `repeats` steps give the steady-state median and interquartile
-range per phase. Batches run in increasing order in one process, so the peak resident memory after
+runner's own step (`rlscale.runner.loop._rl_step`: sampling, rewards, advantages, update) and timed
+by the runner's clock (`rlscale.runner.timing.RunClock`: execution per phase, JAX compilation
+apart), so the profile times the code the sweep runs. Compile seconds are reported apart; the
+first `warmup` steps are dropped anyway (first calls also warm caches); the next `repeats` steps
+give the steady-state median and interquartile range per phase. Batches run in increasing order in one process, so the peak resident memory after
 a batch is that batch's peak (it only grows).
 
 Fits (rlscale.scaling.fits): generation seconds per step = a + b * B, where `a` is the cost every
@@ -30,6 +31,7 @@ import numpy as np
 from rlscale.scaling import fits
 from rlscale.scaling import hyper
 
+# The phases of one RL step, as the runner's clock names them (rlscale.runner.timing.PARTS).
 PHASES = ("generation", "reward", "training")
 
 
@@ -55,30 +57,32 @@ def measure_batch(config, prompts_per_step: int, workdir: str, *, warmup: int = 
   Raises ValueError for warmup < 1 or repeats < 1."""
   from rlscale.runner import builders  # pylint: disable=g-import-not-at-top
   from rlscale.runner import loop  # pylint: disable=g-import-not-at-top
+  from rlscale.runner.timing import RunClock  # pylint: disable=g-import-not-at-top
   if warmup < 1 or repeats < 1:
     raise ValueError(f"--warmup and --repeats must be >= 1, got {warmup}, {repeats}")
   config = hyper.apply_overrides(config, {"rl.prompts_per_step": prompts_per_step})
   run = builders.build_run(config, workdir, log=log)
   state = run.state
   counters = {"samples": 0, "prompts": 0}
-  phase_totals = dict.fromkeys(loop.PHASES, 0.0)
   key = jax.random.key(config.seed)
+  clock = RunClock()  # the runner's clock: phase execution seconds, compilation apart
+  clock.record()
   records = []
   for i in range(warmup + repeats):
-    record, state = loop._rl_step(run, state, jax.random.fold_in(key, i), counters,  # pylint: disable=protected-access
-                                  phase_totals)
+    record, state = loop._rl_step(run, state, jax.random.fold_in(key, i), counters, clock)  # pylint: disable=protected-access
+    record.update(clock.record())
     records.append(record)
   steady = records[warmup:]
   batch = prompts_per_step * config.rl.group_size
   seconds = {p: spread([r[f"time/{p}"] for r in steady]) for p in PHASES}
-  seconds["step"] = spread([sum(r[f"time/{p}"] for p in PHASES) for r in steady])
-  warm_seconds = sum(sum(r[f"time/{p}"] for p in PHASES) for r in records[:warmup])
+  # End to end: the step's wall seconds less any compilation (host bookkeeping included).
+  seconds["step"] = spread([r["time/total"] - r["time/compile"] for r in steady])
   generated = float(np.median([r["tokens/generated"] for r in steady]))
   trained = float(np.median([r["tokens/trained"] for r in steady]))
   row = {
       "prompts_per_step": prompts_per_step, "group_size": config.rl.group_size,
       "batch_size": batch, "warmup": warmup, "repeats": repeats, "seconds": seconds,
-      "compile_seconds": max(warm_seconds - warmup * seconds["step"]["median"], 0.0),
+      "compile_seconds": sum(r["time/compile"] for r in records),
       "responses_per_s": batch / seconds["step"]["median"],
       "responses_per_s_by_phase": {p: batch / seconds[p]["median"] if seconds[p]["median"] else None
                                    for p in PHASES},

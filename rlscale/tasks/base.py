@@ -16,6 +16,7 @@ import string
 from typing import Any, Mapping, Optional
 
 from rlscale.tasks import verifier
+from rlscale.tasks import worked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +77,10 @@ class TaskSource(abc.ABC):
   Attributes:
     prompt_template: `str.format` template with fields `question` and `metadata`
       (e.g. "{question}\\nAnswer:" or "{metadata[expression]} =").
-    target_template: `str.format` template with field `answer`; the response text a correct model
-      produces (e.g. "{answer}" or "<answer>{answer}</answer>"), used for the SFT warm start.
+    target_template: `str.format` template with fields `answer` and `worked` (the running sums of
+      a +/- chain in metadata["expression"], `rlscale.tasks.worked`); the response text a correct
+      model produces (e.g. "{answer}", "<answer>{answer}</answer>" or " {worked}"), used for the
+      SFT warm start.
     verifier_config: extraction order, tolerance, bounds and time limit of the verifier.
     reward_config: optional reward terms (`rewards.RewardConfig`), set by `make_task`; None
       means plain correctness in `rewards.score_batch`.
@@ -89,7 +92,8 @@ class TaskSource(abc.ABC):
                verifier_config: Optional[verifier.VerifierConfig] = None):
     self.prompt_template = check_template(prompt_template, "task.prompt_template",
                                           ("question", "metadata"))
-    self.target_template = check_template(target_template, "task.target_template", ("answer",))
+    self.target_template = check_template(target_template, "task.target_template",
+                                          ("answer", "worked"))
     self.verifier_config = verifier_config or verifier.VerifierConfig()
 
   @abc.abstractmethod
@@ -122,7 +126,14 @@ class TaskSource(abc.ABC):
 
   def format_target(self, example: Example) -> str:
     """The response text of a correct model (SFT target); it scores 1.0 under `score`."""
-    return self.target_template.format(answer=example.answer)
+    if "{worked" not in self.target_template:
+      return self.target_template.format(answer=example.answer)
+    expression = example.metadata.get("expression")
+    if expression is None:
+      raise ValueError("task.target_template uses {worked}, which needs an example with "
+                       f"metadata['expression'] (a +/- chain, e.g. chain_sum); keys: "
+                       f"{sorted(example.metadata)}")
+    return self.target_template.format(answer=example.answer, worked=worked.running_sums(expression))
 
   def score(self, response_text: str, example: Example) -> Score:
     """Scores one response against `example.answer`; never raises (see `verifier.verify`)."""

@@ -59,7 +59,7 @@ def test_batch_lr_smoke_sweep_then_report(tmp_path):
   cpu_start = _children_cpu_seconds()
   sweep_dir = str(tmp_path / "sweep")
   _run("rlscale.sweep", "--config=experiments/sweeps/batch_lr.py:smoke", f"--workdir={sweep_dir}",
-       timeout=300)
+       timeout=900)
   with open(os.path.join(sweep_dir, "sweep.json")) as f:
     statuses = json.load(f)
   assert statuses["failed"] == 0
@@ -76,6 +76,53 @@ def test_batch_lr_smoke_sweep_then_report(tmp_path):
   # The budget is 3 minutes on an idle 2-core machine; CPU seconds do not grow when other jobs
   # share the cores (wall time does: 208 s wall for 55 s CPU on a loaded machine).
   assert cpu < 180, f"smoke sweep + report used {cpu:.0f} CPU s ({elapsed:.0f} s wall)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sweep_file, parallel, runs", [
+    ("batch_lr_ppo.py", 1, 6),
+    # Two run processes at a time, each pinned to its share of the cores.
+    ("batch_lr_reasoning.py", 2, 6),
+])
+def test_other_sweep_files_smoke(tmp_path, sweep_file, parallel, runs):
+  sweep_dir = str(tmp_path / "sweep")
+  _run("rlscale.sweep", f"--config=experiments/sweeps/{sweep_file}:smoke", f"--workdir={sweep_dir}",
+       f"--parallel={parallel}", timeout=900)
+  with open(os.path.join(sweep_dir, "sweep.json")) as f:
+    statuses = json.load(f)
+  assert [r["status"] for r in statuses["runs"]] == ["done"] * runs
+  if parallel > 1:
+    assert all(r["command"].startswith("python -m rlscale.main") for r in statuses["runs"])
+    assert all(os.path.exists(os.path.join(sweep_dir, "runs", r["name"], "sweep_log.txt"))
+               for r in statuses["runs"])
+  _run("rlscale.report", sweep_dir, timeout=120)
+  report = check_report(sweep_dir)
+  assert len(report["runs"]) == runs
+
+
+def test_a_failed_run_is_recorded_and_the_others_continue(tmp_path):
+  sweep_file = tmp_path / "failing.py"
+  sweep_file.write_text(
+      "import os\n"
+      "from rlscale.scaling.sweep import load_sweep_module\n"
+      f"BASE = load_sweep_module({os.path.abspath(os.path.join(ROOT, 'experiments', 'sweeps', 'batch_lr.py'))!r})\n"
+      "def get_config(arg=None):\n"
+      "  config = BASE.get_config('smoke')\n"
+      "  config.train.total_samples = 8\n"
+      "  config.train.eval_every_samples = 8\n"
+      "  return config\n"
+      "def get_sweep(arg=None):\n"
+      "  return [{'rl.loss_agg_mode': 'bogus'}, {'seed': 0}]\n")
+  sweep_dir = str(tmp_path / "sweep")
+  out = subprocess.run([sys.executable, "-m", "rlscale.sweep", f"--config={sweep_file}",
+                        f"--workdir={sweep_dir}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+  assert out.returncode == 1, out.stderr[-3000:]  # exit status = failed runs
+  with open(os.path.join(sweep_dir, "sweep.json")) as f:
+    statuses = {r["name"]: r for r in json.load(f)["runs"]}
+  assert statuses["loss_agg_mode=bogus"]["status"] == "failed"
+  assert "bogus" in statuses["loss_agg_mode=bogus"]["error"]
+  assert statuses["seed=0"]["status"] == "done"
 
 
 def _children_cpu_seconds():

@@ -12,7 +12,7 @@ LR0 = 1e-4
 
 
 def write_run(root, name, *, prompts, lr_scaling, seed, evals, step_seconds, group=2,
-              learning_rate=LR0, reference_batch=8, budget=32):
+              learning_rate=LR0, reference_batch=8, budget=32, extra=None):
   """A run directory: config.json and metrics.jsonl with one record per step (B = prompts x group
   responses), evaluations at the sample counts in `evals` ({samples: accuracy}), and
   `step_seconds` = (generation, reward, training) seconds per step."""
@@ -34,6 +34,7 @@ def write_run(root, name, *, prompts, lr_scaling, seed, evals, step_seconds, gro
                                                        step_seconds)}}
     if samples in evals:
       record["eval/greedy_accuracy"] = evals[samples]
+    record.update(extra or {})
     records.append(record)
   with open(os.path.join(path, "metrics.jsonl"), "w") as f:
     f.write("".join(json.dumps(r) + "\n" for r in records))
@@ -129,6 +130,27 @@ def test_written_files(sweep_dir):
     assert os.path.exists(os.path.join(sweep_dir, name))
   assert not saved["gns"]["available"]
   assert "B_simple" in open(paths["md"]).read()
+
+
+def test_noise_scale_from_logged_parts(tmp_path):
+  # |G|^2 = 4, tr(Sigma) = 64 -> |g|^2 = 12 at B_small = 8 (a microbatch), 6 at B_big = 32.
+  parts = {"train/gns_grad_sq_small": 12.0, "train/gns_grad_sq_big": 6.0,
+           "train/gns_batch_small": 8.0, "train/gns_batch_big": 32.0}
+  write_run(str(tmp_path), "a", prompts=16, group=2, lr_scaling="none", seed=0, budget=128,
+            evals={0: 0.1, 64: 0.2, 128: 0.3}, step_seconds=(1.0, 0.0, 1.0), extra=parts)
+  gns = report_lib.build_report(str(tmp_path), target=0.25, window=1)["gns"]
+  assert gns["available"] and gns["b_simple_median"] == pytest.approx(16.0)
+  assert gns["per_run"]["a"]["intervals"] == [{"samples": 64, "b_simple": pytest.approx(16.0)},
+                                              {"samples": 128, "b_simple": pytest.approx(16.0)}]
+
+
+def test_noise_scale_absent_with_equal_batches(tmp_path):
+  parts = {"train/grad_sq_norm_local": 6.0, "train/grad_sq_norm_global": 6.0,
+           "train/gns_batch_local": 32.0, "train/gns_batch_global": 32.0}
+  write_run(str(tmp_path), "a", prompts=16, group=2, lr_scaling="none", seed=0, budget=64,
+            evals={0: 0.1, 64: 0.3}, step_seconds=(1.0, 0.0, 1.0), extra=parts)
+  gns = report_lib.build_report(str(tmp_path), target=0.25, window=1)["gns"]
+  assert not gns["available"] and "microbatches >= 2" in gns["note"]
 
 
 def test_errors_name_the_problem(tmp_path, sweep_dir):

@@ -1,0 +1,79 @@
+"""The batch-size study where generation matters: worked reasoning from a model beyond the cache.
+
+The main job's 8-token answers make generation ~7% of RL time, so larger batches buy little
+throughput. Here the task is chain_sum with 6 one-digit terms and the warm start writes the
+running sums (`task.target_template = " {worked}"`, rlscale.tasks.worked): `4 + 1 + 7 - 7 + 7 - 6 =`
+-> ` 5 + 7 - 7 + 7 - 6 = 12 - 7 + 7 - 6 = 5 + 7 - 6 = 12 - 6 = 6`, about 60 tokens (the character
+tokenizer: one token per character). The model has 11.9M float32 parameters (45 MiB, beyond this
+CPU's 32 MiB last-level cache), so each decode step at batch 1 streams the weights from memory:
+the throughput profile shows the per-step fixed cost and the batch where per-row work takes over.
+
+Runs: P in {2, 4, 8, 16} at G = 8 (B = 16 .. 128, 8x), LR rules `none` and `sqrt` around
+B0 = 64, seeds 0 and 1: 14 runs (the rules coincide at B0). Budget sized for ~90 minutes on an
+idle 2-core CPU by a FLOP estimate (~45 ms of training and 15-35 ms of generation per response,
+~5 min of SFT per seed): 3,072 responses per run, evaluated every 384 on 128 held-out prompts.
+The learning rate is not tuned for this model; the study's first run is its first test.
+
+  python -m rlscale.sweep --config=experiments/sweeps/batch_lr_reasoning.py --workdir=runs/reasoning --parallel=2
+  python -m rlscale.throughput --config=experiments/sweeps/batch_lr_reasoning.py \
+      --prompts_per_step=1,2,4,8,16 --out=runs/reasoning/throughput --config.sft.cache_dir=runs/reasoning/sft
+  python -m rlscale.report runs/reasoning
+
+Smoke version (seconds): `--config=experiments/sweeps/batch_lr_reasoning.py:smoke`.
+"""
+
+import os
+
+from rlscale.runner.config_files import load_config_file
+from rlscale.scaling.hyper import batch_lr_grid
+from rlscale.scaling.sweep import load_sweep_module
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GRPO = load_sweep_module(os.path.join(HERE, "batch_lr.py"))
+LR0 = 1e-4
+TOTAL_SAMPLES = 3072
+EVAL_EVERY_SAMPLES = 384
+
+
+def get_config(arg=None):
+  """Worked-reasoning chain sums, a 12M-parameter model, B0 = 64."""
+  GRPO.check_arg(arg)
+  config = load_config_file(os.path.join(GRPO.CONFIGS, "default.py"))
+  config.task.kwargs.min_terms = 6
+  config.task.kwargs.max_terms = 6
+  config.task.target_template = " {worked}"
+  # `a + b + c + d + e + f =` is 23 characters; the worked solution at most ~70 plus EOS.
+  config.rollout.max_prompt_tokens = 32
+  config.rollout.max_new_tokens = 80
+  config.model.hidden_size = 512
+  config.model.intermediate_size = 1408
+  config.model.num_layers = 4
+  config.model.num_heads = 8
+  config.model.num_kv_heads = 4
+  config.model.head_dim = 64
+  config.sft.steps = 300
+  config.sft.batch_size = 32
+  config.sft.learning_rate = 5e-4
+  config.optim.learning_rate = LR0
+  config.optim.reference_batch = 64
+  config.rl.group_size = 8
+  config.rl.microbatches = 2
+  config.task.eval_size = 128
+  config.eval.pass_k = 2
+  GRPO.set_budget(config, TOTAL_SAMPLES, EVAL_EVERY_SAMPLES)
+  config.train.checkpoint_every = 50
+  if arg == "smoke":
+    GRPO.shrink_for_smoke(config)
+    config.task.kwargs.min_terms = 3  # ` 4 + 2 = 6`: short worked solutions
+    config.task.kwargs.max_terms = 3
+    config.rollout.max_new_tokens = 16
+    config.optim.learning_rate = GRPO.SMOKE_LR0
+  return config
+
+
+def get_sweep(arg=None):
+  """B = 16 .. 128 under none and sqrt, two seeds."""
+  GRPO.check_arg(arg)
+  if arg == "smoke":
+    return batch_lr_grid(prompts_per_step=(2, 4), seeds=(0, 1), learning_rate=GRPO.SMOKE_LR0)
+  return batch_lr_grid(prompts_per_step=(2, 4, 8, 16), seeds=(0, 1), learning_rate=LR0)
