@@ -52,3 +52,35 @@ def decode_responses(tokenizer, tokens: np.ndarray, response_mask: np.ndarray) -
     ids = [int(t) for t, m in zip(row, mask) if m and int(t) != tokenizer.eos_id]
     out.append(tokenizer.decode(ids))
   return out
+
+
+def response_bucket(length: int, max_new_tokens: int, parts: int = 4) -> int:
+  """The response width to train on: the smallest multiple of ceil(max_new_tokens / parts) that
+  holds `length` tokens, capped at max_new_tokens.
+
+  A rollout batch is padded to the sampler's limit max_new_tokens; the update step only needs the
+  longest response of the batch, and rounding it up to one of `parts` widths bounds the compiles
+  of the update step to `parts` shapes (the same bucketing the sampler does for prompts).
+
+  Raises: ValueError for length outside [0, max_new_tokens] or parts < 1.
+  """
+  if not 0 <= length <= max_new_tokens or parts < 1:
+    raise ValueError(f"response length {length} must be in [0, max_new_tokens={max_new_tokens}] "
+                     f"and parts={parts} >= 1")
+  step = -(-max_new_tokens // parts)
+  return min(max_new_tokens, max(step, -(-length // step) * step))
+
+
+def trim_rollout(rollout, width: int):
+  """The Rollout with its response columns cut to the first `width` (tokens [B, Tp + width],
+  response_mask and logp [B, width]); exact for training when every response fits in `width`,
+  since a causal model's positions never look at later columns.
+
+  Raises: ValueError when a response is longer than `width` (its tokens would be lost)."""
+  lengths = np.asarray(rollout.lengths)
+  if lengths.size and int(lengths.max()) > width:
+    raise ValueError(f"cannot trim responses of up to {int(lengths.max())} tokens to {width}")
+  prompt_width = np.asarray(rollout.prompt_mask).shape[1]
+  return rollout._replace(tokens=np.asarray(rollout.tokens)[:, :prompt_width + width],
+                          response_mask=np.asarray(rollout.response_mask)[:, :width],
+                          logp=np.asarray(rollout.logp)[:, :width])

@@ -247,6 +247,10 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   optimizer = make_optimizer(config.optim, **optimizer_args)
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   sampling = rollout_sampling(config, rl)
+  if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
+    # Dr. GRPO's constant defaults to the response limit Tr; fixed here because the update step
+    # trains on each batch's bucketed response width (loop._rl_step), not on Tr.
+    rl.loss_agg_norm = float(config.rollout.max_new_tokens)
   task = make_task(config.task, seed=config.seed)
   eval_examples = held_out_examples(config, task, log)
   t0 = time.perf_counter()

@@ -32,7 +32,8 @@ from rlscale.model import save_hf_checkpoint
 from rlscale.rl import dapo, masks
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import builders
-from rlscale.runner.batching import decode_responses, encode_prompts
+from rlscale.runner.batching import (decode_responses, encode_prompts, response_bucket,
+                                     trim_rollout)
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.evaluate import accuracy_change_note, evaluation_key
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
@@ -431,6 +432,10 @@ def _rl_step(run, state, step_key, counters, clock):
   generated, generation_stats = _collect_rollouts(run, state, sample_key, counters, clock)
   rollout, rewards = generated.rollout, generated.rewards
   with clock.measure("training"):
+    # Train on the batch's longest response, bucketed (a few static widths), not the sampler's
+    # limit.
+    width = response_bucket(int(np.max(rollout.lengths)), rollout.response_mask.shape[1])
+    rollout = trim_rollout(rollout, width)
     batch = {
         "tokens": rollout.tokens,
         "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
@@ -452,7 +457,8 @@ def _rl_step(run, state, step_key, counters, clock):
     if "values" in extras:
       sharded["old_values"] = extras["values"]
     # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
-    loss_mask, mask_stats = _loss_mask(run, generated)
+    loss_mask, mask_stats = _loss_mask(run, generated)  # truncation is judged at the full width
+    loss_mask = loss_mask[:, :width]
     targets = {k: np.asarray(v) for k, v in targets.items()}
     sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask},
                                           run.num_devices))

@@ -39,6 +39,7 @@ from rlscale.rl.logprob import entropy_from_logits, response_logits, response_lo
 from rlscale.rl.losses import bind_policy_loss, clipped_value_loss, importance_ratio
 from rlscale.rl.masks import masked_sum
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
+from rlscale.train.compile_options import CPU_UPDATE_OPTIONS, with_cpu_compiler_options
 from rlscale.train.devices import AXIS_NAME, replicate, replicate_key, shard_batch, unreplicate  # noqa: F401 (re-exported for the runner)
 from rlscale.train.optimizer import current_learning_rate
 from rlscale.train.state import TrainState, critic_config
@@ -287,10 +288,14 @@ def _num_local_devices(devices) -> int:
 
 def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientTransformation, *,
                    critic_optimizer: Optional[optax.GradientTransformation] = None,
-                   devices=None) -> Callable:
+                   devices=None, cpu_compiler_options=CPU_UPDATE_OPTIONS) -> Callable:
   """`update_step` pmapped with axis "batch" and the state donated, over `devices`, or by default
   over every device of every process (multi-host: each process feeds its local devices, and the
   psums span all processes, so the loss is over all processes' responses).
+
+  On CPU the step's executable is compiled with `cpu_compiler_options` (default: YNNPACK dot
+  fusions, see `rlscale.train.compile_options`; {} or None for XLA's defaults), once per batch
+  shape; the sampler and every other function keep XLA's defaults. Ignored on GPU/TPU.
 
   Returns fn(state, batch, rng) -> (state, metrics): state replicated ([D, ...] leaves), batch
   with a leading device axis (`shard_batch`), rng one key or D keys (`replicate_key`); metrics
@@ -306,7 +311,9 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
     critic_optimizer = optimizer
   step = functools.partial(update_step, model_config=model_config, rl_cfg=rl, optimizer=optimizer,
                            critic_optimizer=critic_optimizer)
-  pmapped = jax.pmap(step, axis_name=AXIS_NAME, donate_argnums=(0,), devices=devices)
+  pmapped = with_cpu_compiler_options(
+      jax.pmap(step, axis_name=AXIS_NAME, donate_argnums=(0,), devices=devices),
+      cpu_compiler_options, devices)
 
   def update(state: TrainState, batch, rng: jax.Array):
     if uses_critic(rl) and state.critic_params is None:
