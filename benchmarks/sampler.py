@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -61,6 +60,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import machine_info  # noqa: E402
 from rlscale.model import ModelConfig, forward, load_hf_checkpoint  # noqa: E402
 from rlscale.sampler import SamplingConfig, Sampler, sample_token  # noqa: E402
 
@@ -200,26 +200,6 @@ def time_transformers(directory, batch, repeats) -> Timing:
     assert out.shape == (batch, PROMPT_LEN + NEW_TOKENS), out.shape
 
   return time_calls(run, repeats)
-
-
-def machine_info() -> dict:
-  info = {"platform": platform.platform(), "processor": platform.processor(),
-          "cpu_count": os.cpu_count(), "jax": jax.__version__,
-          "devices": [str(d) for d in jax.local_devices()],
-          "xla_flags": os.environ.get("XLA_FLAGS", "")}
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  try:
-    import torch  # pylint: disable=g-import-not-at-top
-    import transformers  # pylint: disable=g-import-not-at-top
-    info.update(torch=torch.__version__, transformers=transformers.__version__)
-  except ImportError:
-    pass
-  return info
 
 
 def workload_flops_per_new_token(config: ModelConfig, group: int = 1) -> float:

@@ -19,9 +19,11 @@ Each step's MFU uses the peak measured next to it (the higher of the two around 
 gives the median over steps: on a shared 2-core machine the speed available to this process can
 change twofold within seconds, and pairing cancels such drifts.
 
-By default the script adds `--xla_cpu_experimental_ynn_fusion_type=dot` to XLA_FLAGS (YNNPACK
-fusions for dots: about 20% faster training steps on this CPU, see shared design notes); the peak
-is then measured with the same flag. `--no_ynn` measures XLA's defaults.
+The update step is `make_update_fn`'s, which on CPU compiles its executable alone with YNNPACK dot
+fusions (`rlscale.train.compile_options.CPU_UPDATE_OPTIONS`, as the runner does); `--no_ynn` compiles
+it with XLA's defaults, `--process_wide_ynn` sets `--xla_cpu_experimental_ynn_fusion_type=dot` in
+XLA_FLAGS for the whole process instead (the old way, which slows the sampler). The peak is the
+best of a default-compiled and a YNN-compiled matmul.
 
 W1 is the sampler issue's reference workload: Qwen3 layout, hidden 256, intermediate 768, 4 layers,
 8 heads, 4 KV heads, head_dim 32, vocab 512 (`ModelConfig()` defaults), random weights from seed 0.
@@ -35,14 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type=dot"
 # XLA reads its flags when JAX initialises, so this must happen before `import jax`.
-if "--no_ynn" not in sys.argv and YNN_FLAG not in os.environ.get("XLA_FLAGS", ""):
+if "--process_wide_ynn" in sys.argv and YNN_FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + YNN_FLAG).strip()
 
 import jax  # noqa: E402
@@ -51,11 +52,14 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import (MODEL_FIELDS, add_model_args, machine_info,  # noqa: E402
+                               model_config_from_args)
 from experiments.configs.default import get_config  # noqa: E402
 from rlscale.model.config import ModelConfig  # noqa: E402
 from rlscale.model.transformer import init_params  # noqa: E402
 from rlscale.rl.presets import resolve_rl_config  # noqa: E402
 from rlscale.train import update as update_lib  # noqa: E402
+from rlscale.train.compile_options import CPU_UPDATE_OPTIONS, compile_lowered  # noqa: E402
 from rlscale.train.optimizer import make_optimizer  # noqa: E402
 from rlscale.train.state import create_train_state  # noqa: E402
 
@@ -64,18 +68,21 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def matmul_peak(size: int = 2048, repeats: int = 5) -> tuple[float, float]:
-  """Best float32 FLOP/s of a jitted [size, size] @ [size, size] matmul over `repeats` timed runs,
-  per wall second and per CPU second of this process."""
+  """Best float32 FLOP/s of a jitted [size, size] @ [size, size] matmul over `repeats` timed runs
+  each compiled with XLA's defaults and with the update step's CPU options, per wall second and per
+  CPU second of this process."""
   a = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
   b = jax.random.normal(jax.random.key(2), (size, size), jnp.float32)
-  matmul = jax.jit(jnp.matmul)
-  matmul(a, b).block_until_ready()
+  lowered = jax.jit(jnp.matmul).lower(a, b)
   wall, cpu = float("inf"), float("inf")
-  for _ in range(repeats):
-    start, start_cpu = time.perf_counter(), time.process_time()
+  for options in ({}, CPU_UPDATE_OPTIONS):  # XLA's default and the update step's dot kernels
+    matmul = compile_lowered(lowered, options if jax.default_backend() == "cpu" else {})
     matmul(a, b).block_until_ready()
-    wall = min(wall, time.perf_counter() - start)
-    cpu = min(cpu, time.process_time() - start_cpu)
+    for _ in range(repeats):
+      start, start_cpu = time.perf_counter(), time.process_time()
+      matmul(a, b).block_until_ready()
+      wall = min(wall, time.perf_counter() - start)
+      cpu = min(cpu, time.process_time() - start_cpu)
   flops = 2.0 * size ** 3
   return flops / wall, flops / cpu
 
@@ -91,7 +98,7 @@ def make_batch(batch_size: int, vocab: int, seed: int = 0) -> dict[str, np.ndarr
 
 
 def time_update(model_config: ModelConfig, tokens_per_step: int, *, microbatch_tokens: int,
-                repeats: int, compiles: list) -> dict:
+                repeats: int, compiles: list, ynn: bool = True) -> dict:
   """Compiles the pmapped update step for one batch size, then times `repeats` steps, each between
   two matmul-peak measurements. Returns per-step wall and CPU seconds, the peak around each step
   (the higher of the two, wall and CPU), and the compilations seen after the warm-up call."""
@@ -106,7 +113,8 @@ def time_update(model_config: ModelConfig, tokens_per_step: int, *, microbatch_t
   state = update_lib.replicate(create_train_state(params, optimizer))
   num_devices = jax.local_device_count()
   batch = update_lib.shard_batch(make_batch(batch_size, model_config.vocab_size), num_devices)
-  update = update_lib.make_update_fn(model_config, rl, optimizer)
+  update = update_lib.make_update_fn(model_config, rl, optimizer,
+                                     cpu_compiler_options=CPU_UPDATE_OPTIONS if ynn else {})
   state, metrics = update(state, batch, jax.random.key(0))
   jax.block_until_ready(metrics)
   seen = len(compiles)
@@ -129,23 +137,29 @@ def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", required=True, help="directory for update_step.json")
   parser.add_argument("--quick", action="store_true", help="fewer repeats (under 3 minutes)")
-  parser.add_argument("--no_ynn", action="store_true", help="do not add " + YNN_FLAG)
+  parser.add_argument("--no_ynn", action="store_true",
+                      help="compile the update step with XLA's defaults (no YNNPACK dot fusions)")
+  parser.add_argument("--process_wide_ynn", action="store_true",
+                      help="set " + YNN_FLAG + " in XLA_FLAGS for the whole process")
+  parser.add_argument("--tokens", default="4096,16384,65536",
+                      help="comma-separated tokens per step to time")
   parser.add_argument("--microbatch_tokens", type=int, default=2048,
                       help="tokens per gradient-accumulation microbatch (2048 was fastest here)")
+  add_model_args(parser)
   args = parser.parse_args(argv)
 
   compiles: list = []
   jax.monitoring.register_event_duration_secs_listener(
       lambda event, duration, **kw: compiles.append(duration) if event == COMPILE_EVENT else None)
-  model_config = ModelConfig()
+  model_config = model_config_from_args(args)
   params = model_config.num_params()
   matmul_peak()  # compile and warm the peak measurement
   summary = {}
   runs = {}
-  for tokens in (4096, 16384, 65536):
+  for tokens in (int(t) for t in args.tokens.split(",")):
     repeats = (1 if tokens > 16384 else 3) if args.quick else 5
     run = time_update(model_config, tokens, microbatch_tokens=args.microbatch_tokens,
-                      repeats=repeats, compiles=compiles)
+                      repeats=repeats, compiles=compiles, ynn=not args.no_ynn)
     flops = 6 * params * tokens
     steps = run["steps"]
     summary[tokens] = {
@@ -171,11 +185,9 @@ def main(argv=None) -> dict:
       "params": params,
       "flops_per_step": {str(t): 6 * params * t for t in summary},
       "sequence": {"prompt_tokens": PROMPT_LEN, "response_tokens": RESPONSE_LEN},
-      "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                  "cpu_count": os.cpu_count(), "jax": jax.__version__,
-                  "devices": [str(d) for d in jax.local_devices()],
-                  "xla_flags": os.environ.get("XLA_FLAGS", ""),
-                  "load_average": os.getloadavg()},
+      "machine": {**machine_info(), "load_average": os.getloadavg(),
+                  "update_compiler_options": {} if args.no_ynn else CPU_UPDATE_OPTIONS},
+      "model": {**{f: getattr(model_config, f) for f in MODEL_FIELDS}, "dtype": args.dtype},
       "quick": args.quick,
   }
   os.makedirs(args.out, exist_ok=True)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The benchmark suite at GPU scale, for one GPU (under 8 minutes on an H100/H200-class GPU):
+#   bash benchmarks/gpu.sh [OUT_DIR]      (default benchmarks/results/gpu)
+#   DRY_RUN=1 bash benchmarks/gpu.sh /tmp/gpu_dry   (tiny sizes on a CPU: checks the plumbing)
+#
+# Sizes: a Qwen3-layout model with hidden 1024, intermediate 3072, 16 layers, 16 heads, 8 KV heads,
+# head_dim 64, vocab 512 (the character tokenizer's model vocab; ~200M parameters), bf16 compute
+# with float32 parameters and Adam moments.
+#   sampler      W1 as on CPU (rlscale generators only: the transformers row of sampler.py runs on
+#                the CPU, so it is skipped here);
+#   update_step  the large model at 16k and 64k tokens per step (sequences of 64 + 64 tokens);
+#   verifier     CPU-only (the same as on the CPU machine; on the GPU host for completeness);
+#   rl_step      W2 at scale: 64 prompts x 8 samples = 512 responses of exactly 512 new tokens,
+#                rlscale against TRL's GRPOTrainer on the same GPU (TRL's `use_cpu` is off when CUDA
+#                is visible; bf16 on).
+# Record the results with the device named (results.json's machine.versions.devices says it).
+# Needs jax[cuda] (and torch with CUDA plus trl for the TRL row); CI never runs this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-benchmarks/results/gpu}"
+MODEL="--hidden_size 1024 --intermediate_size 3072 --num_layers 16 --num_heads 16 --num_kv_heads 8 --head_dim 64 --vocab_size 512 --dtype bfloat16"
+RL="--rounds 3 --prompts 64 --group 8 --new_tokens 512"
+TOKENS="16384,65536"
+ONLY="sampler,update_step,verifier,rl_step"
+if [[ "${DRY_RUN:-0}" == 1 ]]; then  # tiny sizes: checks the plumbing on a CPU in about a minute
+  MODEL="--hidden_size 32 --intermediate_size 64 --num_layers 1 --num_heads 2 --num_kv_heads 1 --head_dim 16 --vocab_size 128 --dtype bfloat16"
+  RL="--rounds 2 --prompts 2 --group 2 --new_tokens 8"
+  TOKENS="1024"
+  ONLY="update_step,rl_step"
+fi
+# XLA would otherwise reserve 75% of GPU memory in the JAX process, leaving little for torch (TRL
+# runs in the same process as rlscale in rl_step.py).
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+python benchmarks/run_all.py --quick --out "$OUT" --only "$ONLY" \
+  --extra "sampler=--generators rlscale_cache,rlscale_cache_grouped_g8 --host_threads 1" \
+  --extra "update_step=--tokens $TOKENS $MODEL" \
+  --extra "rl_step=$RL --trl_threads 1 $MODEL"

@@ -1,0 +1,128 @@
+"""Where the update step's time goes: XLA:CPU per-op profile of the W1 GRPO update step.
+
+  python benchmarks/profile_update.py --out DIR [--tokens 16384] [--no_ynn] [--steps 2]
+
+Compiles the update step exactly as `update_step.py` (and the runner) do, runs it `--steps` times
+under `jax.profiler.trace`, and sums the duration of every XLA thunk (one per fused op) from the
+trace. Writes DIR/update_profile.json: seconds per category and per op name (top 30), the
+category shares and the step's wall time. Categories, by op name: matmul (dot, YNNPACK/oneDNN fusions),
+layout (transpose, copy), reduce (reductions: log-softmax, norms, sums), elementwise (other
+fusions), collective (all-reduce), other.
+Timings on a shared machine are inflated, but the shares within one step much less so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+import jax
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# pylint: disable=g-import-not-at-top,wrong-import-position (after the sys.path line)
+from benchmarks.common import load_average, machine_info
+from benchmarks.update_step import PROMPT_LEN, RESPONSE_LEN, make_batch
+from experiments.configs.default import get_config
+from rlscale.model.config import ModelConfig
+from rlscale.model.transformer import init_params
+from rlscale.rl.presets import resolve_rl_config
+from rlscale.train import update as update_lib
+from rlscale.train.compile_options import CPU_UPDATE_OPTIONS
+from rlscale.train.optimizer import make_optimizer
+from rlscale.train.state import create_train_state
+
+CATEGORIES = (("collective", re.compile(r"all-reduce|all_reduce|collective")),
+              ("matmul", re.compile(r"dot|ynn|onednn|matmul|convolution|custom-call")),
+              ("layout", re.compile(r"transpose|copy")),
+              ("reduce", re.compile(r"reduce")),
+              ("elementwise", re.compile(r"fusion|wrapped_|add|multiply|exp|log|select")))
+# Thunks that only wait for or contain others.
+SKIP = re.compile(r"^(end: |ThunkExecutor|ThreadpoolListener|while|call|conditional)")
+
+
+def category(name: str) -> str:
+  for label, pattern in CATEGORIES:
+    if pattern.search(name):
+      return label
+  return "other"
+
+
+def op_times(trace_dir: str) -> dict[str, float]:
+  """Seconds per XLA thunk name, summed over the CPU client threads of the trace."""
+  path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
+  totals = collections.Counter()
+  for plane in jax.profiler.ProfileData.from_file(path).planes:
+    for line in plane.lines:
+      if "XLAPjRtCpuClient" not in line.name and "XLAEigen" not in line.name:
+        continue
+      for event in line.events:
+        if not SKIP.match(event.name):
+          totals[re.sub(r"\.\d+$", "", event.name)] += event.duration_ns / 1e9
+  return dict(totals)
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--tokens", type=int, default=16384)
+  parser.add_argument("--microbatch_tokens", type=int, default=2048)
+  parser.add_argument("--steps", type=int, default=2)
+  parser.add_argument("--no_ynn", action="store_true")
+  args = parser.parse_args(argv)
+  model_config = ModelConfig()
+  batch_size = args.tokens // (PROMPT_LEN + RESPONSE_LEN)
+  rl_cfg = get_config().rl
+  rl_cfg.prompts_per_step, rl_cfg.group_size = batch_size // 8, 8
+  rl_cfg.microbatches = max(1, args.tokens // args.microbatch_tokens)
+  rl = resolve_rl_config(rl_cfg)
+  optimizer = make_optimizer(get_config().optim, **update_lib.optimizer_args(rl, rl_steps=1000))
+  state = update_lib.replicate(create_train_state(init_params(model_config, jax.random.key(0)),
+                                                  optimizer))
+  batch = update_lib.shard_batch(make_batch(batch_size, model_config.vocab_size),
+                                 jax.local_device_count())
+  options = {} if args.no_ynn else CPU_UPDATE_OPTIONS
+  update = update_lib.make_update_fn(model_config, rl, optimizer, cpu_compiler_options=options)
+  state, metrics = update(state, batch, jax.random.key(0))
+  jax.block_until_ready(metrics)
+  load = load_average()
+  with tempfile.TemporaryDirectory() as trace_dir:
+    start = time.perf_counter()
+    with jax.profiler.trace(trace_dir):
+      for i in range(args.steps):
+        state, metrics = update(state, batch, jax.random.key(i + 1))
+        jax.block_until_ready(metrics)
+    wall = (time.perf_counter() - start) / args.steps
+    ops = op_times(trace_dir)
+  by_category = collections.Counter()
+  for name, seconds in ops.items():
+    by_category[category(name)] += seconds / args.steps
+  total = sum(by_category.values())
+  report = {
+      "tokens": args.tokens, "microbatches": rl.microbatches, "compiler_options": options,
+      "wall_seconds_per_step": wall,
+      "op_seconds_per_step": total,
+      "categories": {k: {"seconds": v, "share": v / total} for k, v in by_category.most_common()},
+      "top_ops": {k: v / args.steps for k, v in collections.Counter(ops).most_common(30)},
+      "load_average": [load, load_average()], "machine": machine_info(),
+  }
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "update_profile.json"), "w", encoding="utf-8") as f:
+    json.dump(report, f, indent=2)
+  print(f"{args.tokens} tokens/step, {wall:.3f} s wall per step, op time {total:.3f} s (summed "
+        f"over threads); load {load}")
+  for name, value in report["categories"].items():
+    print(f"  {name:12s} {value['seconds']:.3f} s  {value['share']:.1%}")
+  print("top ops:", json.dumps({k: round(v, 4) for k, v in list(report["top_ops"].items())[:12]}))
+  return report
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,65 @@
+"""The benchmark scripts' code paths at tiny sizes (no timing assertions): W2's rl_step.py, with
+TRL when it is installed, and run_all.py's summary."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = ["--rounds", "2", "--hidden_size", "32", "--intermediate_size", "64", "--num_layers", "1",
+        "--num_heads", "2", "--num_kv_heads", "1", "--head_dim", "16", "--vocab_size", "128",
+        "--new_tokens", "8", "--prompts", "2", "--group", "2"]
+HAVE_TRL = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "trl", "datasets"))
+
+
+def _run(script, *args):
+  env = {**os.environ, "PYTHONPATH": ROOT}
+  return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *args],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_rl_step_tiny(tmp_path):
+  done = _run("rl_step.py", "--out", str(tmp_path), *TINY)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  report = json.load(open(tmp_path / "rl_step.json"))
+  rl = report["rlscale"]
+  assert len(rl["steps"]) == 2 and set(rl["splits"]) == {
+      "generation", "reward", "forward", "backward_optimizer"}
+  # Exactly new_tokens per response (EOS disabled): 2 prompts x 2 samples x 8 tokens.
+  assert all(s["tokens_generated"] == 32 for s in rl["steps"])
+  assert report["compiles_after_warmup"] == 0
+  assert len(report["machine"]["loadavg_before"]) == 3
+  if HAVE_TRL:
+    assert report["trl_status"] == "ran" and report["trl"]["seconds_per_step"] > 0
+    assert report["ratio_trl_over_rlscale"] > 0
+    for steps in report["trl_by_threads"].values():
+      assert steps is None or len(steps["steps"]) == 2
+  else:
+    assert report["trl"] is None and report["trl_status"].startswith("not installed")
+
+
+@pytest.mark.slow
+def test_run_all_summarises_what_ran(tmp_path):
+  done = _run("run_all.py", "--out", str(tmp_path), "--only", "rl_step",
+              "--extra", "rl_step=" + " ".join(TINY + ["--no_trl"]))
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  results = json.load(open(tmp_path / "results.json"))
+  assert {"machine", "w1", "w2", "update_step", "verifier", "matmul_peak_flops", "peak_rss_mib",
+          "goals"} <= set(results)
+  assert results["w1"] is None and results["update_step"] is None  # not run
+  assert results["w2"]["rlscale"]["seconds_per_step"] > 0
+  assert results["w2"]["trl"] is None and results["w2"]["trl_status"] == "not run (--no_trl)"
+  assert results["peak_rss_mib"]["rl_step"] > 50  # a JAX process holds well over 50 MiB
+  assert results["status"] == {"rl_step": "ok"}
+  table = open(tmp_path / "results.md").read()
+  assert "| W2 RL step | TRL / rlscale (goal >= 2) | not run (--no_trl) |" in table
+
+
+def test_run_all_rejects_unknown_names(tmp_path):
+  done = _run("run_all.py", "--out", str(tmp_path), "--only", "nope")
+  assert done.returncode == 2 and "--only must name" in done.stderr
