@@ -53,6 +53,9 @@ def get_config(arg=None):
   config.rl.group_size = 8
   config.rl.kl_coef = 0.001
   config.optim.learning_rate = 1e-6
+  # TRL's and verl's clipping default (default.py's 50 is chosen from the small model's norms; a
+  # pretrained model's pre-clip norms are unmeasured here: read optim/clipped in metrics.jsonl).
+  config.optim.grad_clip_norm = 1.0
   config.optim.warmup_steps = 10
   # The checkpoint is the warm start: no SFT.
   config.sft.steps = 0
