@@ -29,9 +29,11 @@ CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config
 LR0 = 1e-4  # the main job's learning rate at B0 = 256
 SMOKE_LR0 = 3e-3  # large, so a few smoke steps move the held-out curves
 # Budget in responses and evaluation interval (all runs): 128 steps at B = 512, 1024 at B = 64,
-# 16 evaluations. Half the main job's 128k responses (which gains ~29 points); estimated 30-40
-# minutes for the 20 runs on an idle 2-core CPU (~35-50 s of RL + evaluation per run; the main
-# job's RL trains at ~0.7 ms per response at B = 256, README), measured under load: see report.
+# 16 evaluations. Half the main job's 128k responses (which gains ~29 points). Estimated ~30 min
+# for the 20 runs one at a time on an idle 2-core CPU (~1.1 ms of RL execution per response, so
+# ~75 s per run, plus ~15 s of compilation and evaluation), less with --parallel=2: measured
+# 8,192 responses at B = 64 and 512 under a load average of ~15 (training 59 s and 77 s of
+# execution, ~7.5x idle) and the main job's 0.73 ms per response at B = 256 on an idle machine.
 TOTAL_SAMPLES = 65536
 EVAL_EVERY_SAMPLES = 4096
 

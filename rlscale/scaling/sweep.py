@@ -395,7 +395,9 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
         del active[slot]
         seconds = time.perf_counter() - t0
         ok = proc.returncode == 0 and is_finished(workdir, run)
-        status = "done" if ok else ("interrupted" if proc.returncode == 130 else "failed")
+        # A run stopped by a signal checkpoints and exits 0 (or 130 before its first step).
+        interrupted = proc.returncode in (0, 130) and not ok
+        status = "done" if ok else ("interrupted" if interrupted else "failed")
         error = None if ok else _error_from_log(os.path.join(workdir, RUNS_DIR, run.name, RUN_LOG))
         record.set(run.name, status=status, seconds=seconds, error=error)
         progress.record(run, seconds, measured=ok)

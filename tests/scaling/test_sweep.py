@@ -88,3 +88,15 @@ def test_bad_sweep_files(tmp_path, body, message):
   out = _cli(f"--config={path}", f"--workdir={tmp_path / 'w'}")
   assert out.returncode == 2
   assert out.stderr.strip().startswith(message), out.stderr
+
+
+def test_progress_eta_scales_seconds_per_response_to_each_budget(tmp_path):
+  runs = _plan("smoke", tmp_path)[:3]  # B = 4, 8, 8 with a budget of 64 responses each
+  logged = []
+  progress = sweep.Progress(runs, parallel=2, log=logged.append)
+  assert progress.estimate(runs[0]) is None
+  progress.record(runs[1], 32.0)  # 0.5 s per response at B = 8
+  assert progress.estimate(runs[2]) == pytest.approx(32.0)
+  assert progress.estimate(runs[0]) == pytest.approx(32.0)  # no B = 4 run yet: all runs' rate
+  progress.started(runs[2], runs[2:])
+  assert logged[-1].startswith(f"sweep [2/3] start {runs[2].name}: run ETA 32 s; sweep ETA 16 s")
