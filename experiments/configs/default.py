@@ -48,9 +48,15 @@ def get_config(arg=None):
   config.model.num_heads = 4
   config.model.num_kv_heads = 2
   config.model.head_dim = 32
-  # Parameter and compute dtypes: "float32" or "bfloat16".
+  # Compute dtype, "float32" or "bfloat16" (any source). Training always keeps float32 master
+  # weights and Adam moments; param_dtype is the dtype the built-in model's final policy is
+  # exported in (an HF checkpoint is exported in its own dtype).
   config.model.param_dtype = "float32"
   config.model.dtype = "float32"
+  # Per-layer rematerialisation in the update step (gradient checkpointing: activations of one
+  # layer at a time, about one more forward of compute); None = on for HF checkpoints, off for
+  # the built-in model.
+  config.model.remat = placeholder(bool)
 
   # --- Task: prompts, reference answers and the reward.
   config.task = ml_collections.ConfigDict()

@@ -30,8 +30,8 @@ def get_config(arg=None):
   # Policy from a local HF checkpoint directory (required; nothing is downloaded).
   config.model.source = "hf"
   config.model.checkpoint_path = ""
-  # bfloat16 parameters and compute on accelerators.
-  config.model.param_dtype = "bfloat16"
+  # bfloat16 compute on accelerators; the weights train as float32 master weights and the final
+  # policy is exported in the checkpoint's own dtype.
   config.model.dtype = "bfloat16"
   # GSM8K-style JSONL ({"question", "answer" ending in "#### N"}) prepared once into TFDS.
   config.task.source = "local_math"

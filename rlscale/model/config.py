@@ -71,6 +71,10 @@ class ModelConfig:
     param_dtype: "float32" or "bfloat16": storage dtype of the parameters.
     dtype: "float32" or "bfloat16": compute dtype; softmax, norms and logits stay float32.
     value_head: add a scalar value head (PPO critic) on the final hidden state.
+    remat: rematerialise each decoder layer in the backward pass (gradient checkpointing): a
+      layer keeps only its input for the backward pass and recomputes its activations there,
+      about one more forward of compute for the activation memory of one layer instead of all.
+      The numbers are unchanged; sampling (the KV-cached forward) ignores it.
     model_type: the HF family name this config came from ("qwen3", "qwen2", "llama"), for saving.
 
   Raises:
@@ -94,6 +98,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "float32"
   value_head: bool = False
+  remat: bool = False
   model_type: str = "qwen3"
 
   def __post_init__(self):
@@ -113,6 +118,8 @@ class ModelConfig:
       raise ValueError(f"model.head_dim must be even for rotary embeddings, got {self.head_dim}")
     if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
       raise ValueError(f"model.rope_scaling must be None or a RopeScaling, got {self.rope_scaling!r}")
+    if not isinstance(self.remat, bool):
+      raise ValueError(f"model.remat must be True or False, got {self.remat!r}")
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in DTYPES:
         raise ValueError(f"model.{name} must be one of {sorted(DTYPES)}, got {getattr(self, name)!r}")

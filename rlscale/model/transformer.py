@@ -36,10 +36,13 @@ class KVCache(NamedTuple):
 
 
 class ModelOutput(NamedTuple):
-  """logits [B, T, V] float32; values [B, T] float32 or None; cache (KVCache or None)."""
-  logits: jax.Array
+  """logits [B, T, V] float32 (None when the output head is skipped); values [B, T] float32 or
+  None; cache (KVCache or None); hidden [B, T, hidden_size] in the compute dtype, the final-norm
+  states the output head reads, when the head is skipped (else None)."""
+  logits: Optional[jax.Array]
   values: Optional[jax.Array]
   cache: Optional[KVCache]
+  hidden: Optional[jax.Array] = None
 
 
 def init_cache(config: ModelConfig, batch: int, length: int) -> KVCache:
@@ -249,19 +252,28 @@ class Transformer(nn.Module):
 
   Returns ModelOutput(logits [B, T, V] float32, values [B, T] float32 or None, cache).
   With last_only=True (static) only the last position is computed: logits [B, 1, V], values [B, 1].
+  With head=False (static) the output head is skipped: logits None and `hidden` holds the
+  final-norm states (score them with `output_logits`, e.g. in chunks).
+
+  With config.remat and no cache, each decoder layer is rematerialised (`rematerialised_layer`,
+  gradient checkpointing as in HF/TRL/verl): only its input is kept for the backward pass and its
+  activations, attention probabilities included, are recomputed there.
   """
   config: ModelConfig
 
   @nn.compact
   def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None,
-               last_only: bool = False):
+               last_only: bool = False, head: bool = True):
     c = self.config
-    embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype,
-                     embedding_init=nn.initializers.normal(0.02), name="embed_tokens")
+    embed = embedding_module(c, name="embed_tokens")
     x = embed(tokens)
     rope = rope_tables(positions, rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling))
     new_k, new_v = [], []
+    remat = c.remat and cache is None and not last_only and not self.is_initializing()
     for i in range(c.num_layers):
+      if remat:
+        x = rematerialised_layer(c)(self.variables["params"][f"layers_{i}"], x, rope, mask)
+        continue
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])
       # With last_only, the last layer computes its output for the last position only; every layer
       # still writes all positions' keys and values to the cache.
@@ -271,17 +283,77 @@ class Transformer(nn.Module):
         new_k.append(layer_new[0])
         new_v.append(layer_new[1])
     x = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="norm")(x)
-    if c.tie_embeddings:
-      logits = embed.attend(x)
+    logits, hidden = None, None
+    if not head:
+      hidden = x
+    elif c.tie_embeddings:
+      logits = embed.attend(x).astype(jnp.float32)
     else:
-      logits = nn.Dense(c.vocab_size, use_bias=False, dtype=c.jnp_dtype,
-                        param_dtype=c.jnp_param_dtype, name="lm_head")(x)
+      logits = lm_head_module(c, name="lm_head")(x).astype(jnp.float32)
     values = None
     if c.value_head:
       values = nn.Dense(1, dtype=jnp.float32, param_dtype=jnp.float32,
                         kernel_init=nn.initializers.zeros, name="value_head")(x.astype(jnp.float32))[..., 0]
     out_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v))
-    return ModelOutput(logits.astype(jnp.float32), values, out_cache)
+    return ModelOutput(logits, values, out_cache, hidden)
+
+
+def rematerialised_layer(config: ModelConfig):
+  """fn(layer_params, x, rope, mask) -> x: one `DecoderLayer` (no cache) whose backward pass
+  recomputes the layer from its input instead of keeping its activations (gradient checkpointing,
+  as `jax.checkpoint`).
+
+  Written as a custom VJP whose backward adds 0 * (one element of the incoming cotangent) to the
+  saved input before recomputing: that data dependency keeps the recomputation after the
+  cotangent exists and distinct from the forward. With `jax.checkpoint` alone, XLA:CPU drops the
+  optimisation barrier early and common-subexpression elimination merges the recomputation with
+  the forward, so every layer's activations stay alive (measured: no memory saved on CPU). The
+  extra add is one elementwise pass over x per layer; the numbers are those of the plain layer.
+  """
+
+  def apply(params, x, rope, mask):
+    return DecoderLayer(config).apply({"params": params}, x, rope, mask)[0]
+
+  @jax.custom_vjp
+  def layer(params, x, rope, mask):
+    return apply(params, x, rope, mask)
+
+  def layer_fwd(params, x, rope, mask):
+    return apply(params, x, rope, mask), (params, x, rope, mask)
+
+  def layer_bwd(saved, cotangent):
+    params, x, rope, mask = saved
+    tie = jnp.zeros((), x.dtype) * cotangent.reshape(-1)[0].astype(x.dtype)
+    _, vjp = jax.vjp(lambda p, h, r: apply(p, h, r, mask), params, x + tie, rope)
+    return (*vjp(cotangent), None)
+
+  layer.defvjp(layer_fwd, layer_bwd)
+  return layer
+
+
+def embedding_module(config: ModelConfig, name: Optional[str] = None) -> nn.Embed:
+  """The token embedding (also the output projection when config.tie_embeddings)."""
+  return nn.Embed(config.vocab_size, config.hidden_size, dtype=config.jnp_dtype,
+                  param_dtype=config.jnp_param_dtype,
+                  embedding_init=nn.initializers.normal(0.02), name=name)
+
+
+def lm_head_module(config: ModelConfig, name: Optional[str] = None) -> nn.Dense:
+  """The untied output projection hidden -> V."""
+  return nn.Dense(config.vocab_size, use_bias=False, dtype=config.jnp_dtype,
+                  param_dtype=config.jnp_param_dtype, name=name)
+
+
+def output_logits(params, config: ModelConfig, hidden: jax.Array) -> jax.Array:
+  """The output head alone: hidden [..., hidden_size] (`ModelOutput.hidden`) -> logits [..., V]
+  float32 by the same operations as the full forward's last step (so the same numbers), to score
+  a few positions or one chunk at a time."""
+  if config.tie_embeddings:
+    logits = embedding_module(config).apply({"params": params["embed_tokens"]}, hidden,
+                                            method=nn.Embed.attend)
+  else:
+    logits = lm_head_module(config).apply({"params": params["lm_head"]}, hidden)
+  return logits.astype(jnp.float32)
 
 
 def init_params(config: ModelConfig, rng: jax.Array) -> dict:
@@ -301,7 +373,8 @@ def init_params(config: ModelConfig, rng: jax.Array) -> dict:
   return init(rng, tokens, positions_from_mask(jnp.ones((1, 2))), mask)["params"]
 
 
-def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Array) -> ModelOutput:
+def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Array, *,
+            head: bool = True) -> ModelOutput:
   """Full causal forward without cache over left-padded sequences (e.g. a Rollout's prompt and
   response: `tokens`, `concatenate([prompt_mask, response_mask], 1)`).
 
@@ -310,6 +383,8 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
     config: ModelConfig of params.
     tokens: [B, T] int32. input_mask: [B, T] {0,1}, 1 for real tokens; positions count real
       tokens only, so left padding does not shift them.
+    head: False skips the output head: logits None and `hidden` [B, T, hidden_size] instead (see
+      `output_logits`), so no [B, T, V] array is made.
   Returns:
     ModelOutput: logits [B, T, V] float32 (position t predicts token t+1; score a token with
     `token_logp(logits[:, t - 1], tokens[:, t], temperature)`), values [B, T] float32 when
@@ -317,7 +392,7 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
   Raises:
     flax.errors.ScopeParamShapeError: params do not match config (names the parameter)."""
   return Transformer(config).apply({"params": params}, tokens, positions_from_mask(input_mask),
-                                   causal_attention_mask(input_mask))
+                                   causal_attention_mask(input_mask), head=head)
 
 
 def tempered_log_softmax(logits: jax.Array, temperature: float = 1.0) -> jax.Array:

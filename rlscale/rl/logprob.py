@@ -1,15 +1,19 @@
 """Per-token log-probabilities and entropies of the response part of [prompt | response] sequences.
 
 The model's logits at position t predict token t + 1, so the Tr response tokens (the last Tr
-columns of `tokens`) are scored by the logits at columns T - Tr - 1 ... T - 2.
+columns of `tokens`) are scored by the logits at columns T - Tr - 1 ... T - 2. The update step
+scores them with `chunked_response_logp`: the output head on those Tr positions only, a chunk of
+positions at a time, so memory never holds [B, T, V] float32 logits (for a 151,936-token vocabulary
+and 8 x 1,024 tokens that array alone is 4.6 GiB, and its gradient as much again).
 """
 
 from __future__ import annotations
 
 import chex
+import jax
 import jax.numpy as jnp
 
-from rlscale.model.transformer import tempered_log_softmax, token_logp
+from rlscale.model.transformer import output_logits, tempered_log_softmax, token_logp
 
 
 def response_logits(logits: chex.Array, response_len: int) -> chex.Array:
@@ -66,3 +70,70 @@ def entropy_from_logits(logits: chex.Array, temperature: float = 1.0) -> chex.Ar
   # 0 * inf; the outer mask is then exact (p = 0 gives a 0 term).
   safe_logp = jnp.where(probs > 0, logp, 0.0)
   return jnp.maximum(-jnp.sum(probs * safe_logp, axis=-1), 0.0)
+
+
+# Logits held at once by `chunked_response_logp`: 2^25 float32 = 128 MiB per chunk (a 0.6B Qwen3
+# with V = 151,936 and 8 rows scores 27 positions per chunk).
+LOGITS_CHUNK_ELEMENTS = 2 ** 25
+
+
+def logits_chunk_size(rows: int, response_len: int, vocab_size: int,
+                      max_elements: int = LOGITS_CHUNK_ELEMENTS) -> int:
+  """Response positions per chunk so that rows x chunk x V logits stay within `max_elements`:
+  at least 1, at most Tr (one chunk when the whole [b, Tr, V] fits)."""
+  return int(max(1, min(response_len, max_elements // max(rows * vocab_size, 1))))
+
+
+def chunked_response_logp(params, model_config, hidden: chex.Array, tokens: chex.Array,
+                          response_len: int, temperature: float = 1.0, *,
+                          chunk_size: int | None = None) -> tuple[chex.Array, chex.Array]:
+  """log pi(token) and the entropy of each response position, from the final hidden states, the
+  output head applied to `chunk_size` positions at a time.
+
+  Only the Tr positions that predict response tokens go through the output head (no logits over
+  the prompt), and with several chunks each chunk's logits are recomputed in the backward pass
+  (`jax.checkpoint` inside `lax.map`), so no [B, Tr, V] float32 array exists in the forward or
+  the backward: memory holds one [B, chunk, V] block. The numbers equal
+  `response_logp(forward(...).logits, ...)` and `entropy_from_logits` of the same logits (the same
+  operations per position; only the order in which positions are visited changes).
+
+  Args:
+    params, model_config: the policy (`transformer.output_logits` reads the output head).
+    hidden: [B, T, hidden_size], `forward(..., head=False).hidden`.
+    tokens: [B, T] int32 (the response is the last Tr columns).
+    response_len: Tr, 1 <= Tr < T. temperature: the sampler's (> 0).
+    chunk_size: positions per chunk; None picks `logits_chunk_size` (128 MiB of logits).
+
+  Returns:
+    (logp [B, Tr] float32, entropy [B, Tr] float32 in nats, >= 0).
+
+  Raises:
+    ValueError: Tr not in [1, T - 1], or chunk_size < 1.
+  """
+  chex.assert_rank(tokens, 2)
+  chex.assert_equal_shape_prefix([hidden, tokens], 2)
+  states = response_logits(hidden, response_len)  # [B, Tr, H]
+  targets = tokens[:, -response_len:]
+  b = tokens.shape[0]
+  if chunk_size is None:
+    chunk_size = logits_chunk_size(b, response_len, model_config.vocab_size,
+                                   LOGITS_CHUNK_ELEMENTS)  # read when called (tests patch it)
+  if chunk_size < 1:
+    raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+  def score(h, target):
+    logits = output_logits(params, model_config, h)
+    return token_logp(logits, target, temperature), entropy_from_logits(logits, temperature)
+
+  if chunk_size >= response_len:  # one chunk: nothing to save by recomputing
+    return score(states, targets)
+  chunks = -(-response_len // chunk_size)
+  pad = chunks * chunk_size - response_len  # padded positions are scored, then dropped
+  states = jnp.pad(states, ((0, 0), (0, pad), (0, 0)))
+  targets = jnp.pad(targets, ((0, 0), (0, pad)))
+  # [B, n * c, ...] -> [n, B, c, ...]: lax.map runs over the chunk axis.
+  to_chunks = lambda x: jnp.moveaxis(x.reshape((b, chunks, chunk_size) + x.shape[2:]), 1, 0)  # noqa: E731
+  logp, entropy = jax.lax.map(lambda args: jax.checkpoint(score)(*args),
+                              (to_chunks(states), to_chunks(targets)))
+  from_chunks = lambda x: jnp.moveaxis(x, 0, 1).reshape(b, chunks * chunk_size)[:, :response_len]  # noqa: E731
+  return from_chunks(logp), from_chunks(entropy)

@@ -60,9 +60,16 @@ class Run:
   # compute_batch_advantages for this run's rl config, jitted: (rewards, response_mask, *,
   # old_logp, ref_logp, values) -> {"advantages", ...}
   advantage_fn: Callable
+  export_dtype: str = "float32"  # dtype of the exported policy (see build_model)
   log: Callable[[str], None] = print
   title: str = ""  # what the run is (plots.run_title): algorithm, P x G = B, lr and its rule
   smoke: bool = False  # config.smoke: a smoke variant, which checks the pipeline, not learning
+
+  @property
+  def export_config(self) -> ModelConfig:
+    """The policy's config for export (`save_hf_checkpoint`): parameters stored in
+    export_dtype, the source's dtype, while training keeps float32 master weights."""
+    return self.model_config.replace(param_dtype=self.export_dtype)
 
 
 def maybe_initialize_distributed(setting) -> None:
@@ -187,20 +194,52 @@ def held_out_examples(config, task, log) -> list:
   return task.eval_examples(wanted)
 
 
-def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any]:
-  """Built-in model (random init from config.seed) or an HF checkpoint from config.model.checkpoint_path."""
+def model_remat(config) -> bool:
+  """config.model.remat, or when None (the default) True for HF checkpoints and False for the
+  built-in model (its activations are small, and recomputing them costs time). Raises
+  ValueError for anything but None, True or False."""
+  remat = config.model.get("remat")
+  if remat is None:
+    return config.model.source == "hf"
+  if not isinstance(remat, bool):
+    raise ValueError(f"model.remat must be None, True or False, got {remat!r}")
+  return remat
+
+
+def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
+  """The policy to train: built-in (random init from config.seed) or an HF checkpoint from
+  config.model.checkpoint_path.
+
+  Mixed precision for every source (as MaxText, verl's FSDP actor and TRL with bf16 compute):
+  float32 master parameters (and so float32 Adam moments), computation in config.model.dtype.
+  A bf16 HF checkpoint is upcast: trained in bf16, optax rounds p + u back to bf16, so an update
+  of 1e-6 moves almost no weight and no RMSNorm scale (~1, bf16 spacing 2^-7).
+
+  Returns:
+    (model_config with param_dtype float32, dtype config.model.dtype and remat from
+    `model_remat`; params, float32; export_dtype: the dtype to export the trained policy in,
+    the checkpoint's own for HF, config.model.param_dtype for the built-in model).
+  """
   check_model_source(config)
+  remat = model_remat(config)
   if config.model.source == "hf":
     from rlscale.model.hf_checkpoint import load_hf_checkpoint  # pylint: disable=g-import-not-at-top
     path = config.model.checkpoint_path
     model_config, params = load_hf_checkpoint(path)
-    log(f"model: loaded {model_config.model_type} checkpoint from {path}")
-    return model_config, params
+    export_dtype = model_config.param_dtype
+    params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+    log(f"model: loaded {model_config.model_type} checkpoint from {path} ({export_dtype} "
+        f"weights, trained as float32, computing in {config.model.dtype})")
+    return (model_config.replace(param_dtype="float32", dtype=config.model.dtype, remat=remat),
+            params, export_dtype)
   fields = {name: config.model[name] for name in MODEL_FIELDS}
-  model_config = ModelConfig(vocab_size=tokenizer.vocab_size, **fields)
+  export_dtype = fields.pop("param_dtype")
+  model_config = ModelConfig(vocab_size=tokenizer.vocab_size, param_dtype="float32", remat=remat,
+                             **fields)
+  model_config.replace(param_dtype=export_dtype)  # validates model.param_dtype now
   params = init_params(model_config, jax.random.key(config.seed))
   log(f"model: built-in {model_config.num_params() / 1e6:.2f}M-parameter transformer")
-  return model_config, params
+  return model_config, params, export_dtype
 
 
 def warm_start(config, workdir, model_config, params, tokenizer, task, log):
@@ -209,7 +248,9 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
     return params, 0.0
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   cache_dir = config.sft.cache_dir or os.path.join(workdir, "sft")
-  key = sft.warm_start_key({"model": dataclasses.asdict(model_config), "task": config.task.to_dict(),
+  # remat changes memory, not the numbers: left out so caches made without it stay valid.
+  model_fields = {k: v for k, v in dataclasses.asdict(model_config).items() if k != "remat"}
+  key = sft.warm_start_key({"model": model_fields, "task": config.task.to_dict(),
                             "sft": {k: v for k, v in config.sft.to_dict().items() if k != "cache_dir"},
                             "seed": config.seed, "rollout": config.rollout.to_dict()})
   batch_size = config.sft.batch_size
@@ -239,6 +280,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   rl = resolve_rl_config(config.rl)
   validate_rl_config(rl, num_devices=num_devices)
   check_model_source(config)
+  model_remat(config)
   check_train_config(config)
   batch_size = rl.prompts_per_step * rl.group_size
   total_steps = resolve_total_steps(config.train, batch_size)
@@ -256,7 +298,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   t0 = time.perf_counter()
   tokenizer = tokenizers_lib.load_tokenizer(
       config.model.checkpoint_path if config.model.source == "hf" else "char")
-  model_config, params = build_model(config, tokenizer, log)
+  model_config, params, export_dtype = build_model(config, tokenizer, log)
   params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
                     eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets,
@@ -298,5 +340,6 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
              ref_params=ref_params, logp_fn=logp_fn, value_fn=value_fn,
              prompt_buckets=buckets, num_devices=num_devices,
              warm_start_seconds=warm_start_seconds, total_steps=total_steps,
-             advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)), log=log,
+             advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)), 
+             export_dtype=export_dtype, log=log,
              title=title, smoke=bool(config.get("smoke", False)))

@@ -194,7 +194,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
       with open(summary_path, encoding="utf-8") as f:
         summary = json.load(f)
       if not os.path.isdir(os.path.join(workdir, POLICY_DIR)):  # finished before the export existed
-        summary["policy"] = export_policy(workdir, run.model_config, host_state.params,
+        summary["policy"] = export_policy(workdir, run.export_config, host_state.params,
                                           run.tokenizer)
         with open(summary_path, "w", encoding="utf-8") as f:
           json.dump(summary, f, indent=2)
@@ -524,7 +524,7 @@ def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
 
 
 def _finish(workdir, run, params, warm_eval, step, counters, clock):
-  policy = export_policy(workdir, run.model_config, params, run.tokenizer)
+  policy = export_policy(workdir, run.export_config, params, run.tokenizer)
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
   plots = plot_curves(records, workdir, title=run.title, group_size=run.rl_config.group_size,
                       pass_k=run.evaluator.pass_k)

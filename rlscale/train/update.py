@@ -31,11 +31,11 @@ import jax.numpy as jnp
 import optax
 
 from rlscale.model.config import ModelConfig
-from rlscale.model.transformer import forward, token_logp
+from rlscale.model.transformer import forward
 from rlscale.rl import aggregation
 from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
 from rlscale.rl.kl import kl_divergence
-from rlscale.rl.logprob import entropy_from_logits, response_logits, response_logp
+from rlscale.rl.logprob import chunked_response_logp, response_logits
 from rlscale.rl.losses import bind_policy_loss, clipped_value_loss, importance_ratio
 from rlscale.rl.masks import masked_sum
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
@@ -106,13 +106,12 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -
   params, critic_params = trainables
   tokens, mask = mb["tokens"], mb["response_mask"]
   tr = mask.shape[-1]
-  logits = response_logits(forward(params, model_config, tokens, mb["input_mask"]).logits, tr)
-  logp = token_logp(logits, tokens[:, -tr:], rl.temperature)
+  hidden = forward(params, model_config, tokens, mb["input_mask"], head=False).hidden
+  logp, entropy = chunked_response_logp(params, model_config, hidden, tokens, tr, rl.temperature)
   advantages = mb["advantages"]
   if advantages.ndim == 1:
     advantages = jnp.broadcast_to(advantages[:, None], mask.shape)
   pg_loss, aux = policy_loss(logp, mb["old_logp"], advantages, mask)
-  entropy = entropy_from_logits(logits, rl.temperature)
   if not rl.entropy_coef:
     entropy = jax.lax.stop_gradient(entropy)
   terms = {"pg_loss": pg_loss, "entropy_loss": -entropy}
@@ -126,7 +125,8 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -
       terms["kl_loss"], coefs["kl_loss"] = kl, rl.kl_coef
   if critic_params is not None:
     values = response_logits(
-        forward(critic_params, critic_config(model_config), tokens, mb["input_mask"]).values, tr)
+        forward(critic_params, critic_config(model_config), tokens, mb["input_mask"],
+                head=False).values, tr)
     terms["value_loss"], value_aux = clipped_value_loss(values, mb["old_values"], mb["returns"],
                                                         value_clip_eps=rl.value_clip_eps)
     coefs["value_loss"] = rl.vf_coef
@@ -153,40 +153,59 @@ def _split(tree, parts: int):
   return jax.tree.map(lambda x: x.reshape((parts, x.shape[0] // parts) + x.shape[1:]), tree)
 
 
+def _own_mean_scale(mode: str, counts: dict, part_counts: dict) -> jax.Array:
+  """Factor turning a part's share of the minibatch loss (weights over the minibatch's counts)
+  into the part's own mean loss (weights over its own counts): denominator ratio of `mode`."""
+  return aggregation.denominator(mode, counts) / aggregation.denominator(mode, part_counts)
+
+
 def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, critic_optimizer,
                       policy_loss):
   """One optimizer update on one (per-device part of a) minibatch; returns (state, metrics)."""
   local_rows = mb["response_mask"].shape[0]
   local_counts = aggregation.aggregation_counts(mb["response_mask"])
   counts = jax.lax.psum(local_counts, AXIS_NAME)
+  num_devices = jax.lax.axis_size(AXIS_NAME)
+  mode = rl.loss_agg_mode
   trainables = (state.params, state.critic_params)
   grad_fn = jax.grad(functools.partial(_microbatch_loss, model_config=model_config, rl=rl,
                                        policy_loss=policy_loss), has_aux=True)
 
+  # Gradient noise scale inputs (McCandlish et al. 2018): |g|^2 of small batches' own mean losses
+  # and of the minibatch (the big batch). Several devices: each device's part is a small batch;
+  # one device: each microbatch (with rl.microbatches = 1, small = big carries no information).
+  micro_gns = num_devices == 1 and rl.microbatches > 1
+
   def accumulate(grad_sum, micro):
     grads, stats = grad_fn(trainables, micro, counts)
+    if micro_gns:
+      own = _own_mean_scale(mode, counts, aggregation.aggregation_counts(micro["response_mask"]))
+      stats["micro_grad_sq"] = optax.tree_utils.tree_norm(grads[0], squared=True) * own ** 2
     return jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_sum, grads), stats
 
   zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), trainables)
   local_grads, stats = jax.lax.scan(accumulate, zeros, _split(mb, rl.microbatches))
-  grads = jax.lax.psum(local_grads, AXIS_NAME)
+  # On one device the psum is the identity, but XLA still copies every gradient for it.
+  grads = jax.lax.psum(local_grads, AXIS_NAME) if num_devices > 1 else local_grads
   policy_grads, critic_grads = grads
-
-  # Gradient noise scale inputs (McCandlish et al. 2018): |g|^2 of this device's own mean loss
-  # (rescaled from its share of the global loss) and of the global minibatch.
-  mode = rl.loss_agg_mode
-  local_scale = aggregation.denominator(mode, counts) / aggregation.denominator(mode, local_counts)
-  local_sq = optax.tree_utils.tree_norm(local_grads[0], squared=True) * local_scale ** 2
   global_sq = optax.tree_utils.tree_norm(policy_grads, squared=True)
+  if micro_gns:
+    small_sq, small_rows = jnp.mean(stats.pop("micro_grad_sq")), local_rows // rl.microbatches
+  elif num_devices > 1:
+    local_sq = optax.tree_utils.tree_norm(local_grads[0], squared=True)
+    small_sq = jax.lax.pmean(local_sq * _own_mean_scale(mode, counts, local_counts) ** 2, AXIS_NAME)
+    small_rows = local_rows
+  else:
+    small_sq, small_rows = global_sq, local_rows
 
   updates, opt_state = optimizer.update(policy_grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = {
       "grad_norm": jnp.sqrt(global_sq), "update_norm": optax.tree_utils.tree_norm(updates),
       "learning_rate": current_learning_rate(opt_state),
-      "grad_sq_norm_local": jax.lax.pmean(local_sq, AXIS_NAME), "grad_sq_norm_global": global_sq,
-      "gns_batch_local": jnp.float32(local_rows),
-      "gns_batch_global": jax.lax.psum(jnp.float32(local_rows), AXIS_NAME),
+      "gns_grad_sq_small": small_sq, "gns_grad_sq_big": global_sq,
+      "gns_batch_small": jnp.float32(small_rows),
+      "gns_batch_big": jnp.float32(local_rows * num_devices),
   }
   state = state.replace(params=params, opt_state=opt_state)
   if state.critic_params is not None:
@@ -242,11 +261,14 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     approx_kl_old of the first optimizer update, before any parameter change, i.e. the mean k3
     between the trainer's and the sampler's log-probs), clip_fraction, dual_clip_fraction (dual-clip),
     value_clip_fraction, value_mean (PPO), ratio_mean; ratio_min, ratio_max; grad_norm (before
-    clipping), update_norm, learning_rate, critic_grad_norm (PPO); grad_sq_norm_local (this
-    device's mean-loss gradient, averaged over devices), grad_sq_norm_global, gns_batch_local and
-    gns_batch_global (the responses behind each, B_small and B_big). All averaged over the
-    epochs x minibatches updates, except ratio_min / ratio_max (extremes), learning_rate (last)
-    and sampler_trainer_k3 (first).
+    clipping), update_norm, learning_rate, critic_grad_norm (PPO); the gradient noise scale
+    inputs (McCandlish et al. 2018; B_simple = tr(Sigma) / |G|^2 from them, see design.md):
+    gns_grad_sq_small, |g_small|^2 averaged over the small batches, each gradient of its own mean
+    loss (with several devices a device's part of the minibatch, on one device a microbatch),
+    gns_grad_sq_big, |g_big|^2 of the minibatch's gradient (= grad_norm^2), and gns_batch_small,
+    gns_batch_big, the responses in each (B_small, B_big; equal, so no estimate, on one device
+    with rl.microbatches = 1). All averaged over the epochs x minibatches updates, except
+    ratio_min / ratio_max (extremes), learning_rate (last) and sampler_trainer_k3 (first).
   """
   rl = rl_cfg
   rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS_NAME))
@@ -299,7 +321,8 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
 
   Returns fn(state, batch, rng) -> (state, metrics): state replicated ([D, ...] leaves), batch
   with a leading device axis (`shard_batch`), rng one key or D keys (`replicate_key`); metrics
-  are [D] arrays holding the same value on every device.
+  are [D] arrays holding the same value on every device. `fn.pmapped` is the pmapped step without
+  the checks (rng must be D keys), e.g. to `.lower()` it for abstract inputs.
 
   Raises: ValueError for an invalid rl config (naming the field), or, when called, for a batch
   with missing keys or inconsistent shapes.
@@ -324,19 +347,20 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
       rng = replicate_key(rng, num_devices)
     return pmapped(state, dict(batch), rng)
 
+  update.pmapped = pmapped  # the raw pmapped step, for `.lower(...)` (see train/memory.py)
   return update
 
 
 def _forward_response(fn, model_config: ModelConfig, microbatches: int, devices):
-  """pmapped fn(params, batch) -> [D, b, Tr] of `fn(output, tokens, tr)` over microbatches,
-  0 where response_mask is 0."""
+  """pmapped fn(params, batch) -> [D, b, Tr] of `fn(params, output, tokens, tr)` over
+  microbatches (output: `forward(..., head=False)`), 0 where response_mask is 0."""
 
   def per_device(params, batch):
     tr = batch["response_mask"].shape[-1]
 
     def one(mb):
-      out = forward(params, model_config, mb["tokens"], mb["input_mask"])
-      return jnp.where(mb["response_mask"] > 0, fn(out, mb["tokens"], tr), 0.0)
+      out = forward(params, model_config, mb["tokens"], mb["input_mask"], head=False)
+      return jnp.where(mb["response_mask"] > 0, fn(params, out, mb["tokens"], tr), 0.0)
 
     parts = _split({k: batch[k] for k in ("tokens", "input_mask", "response_mask")}, microbatches)
     out = jax.lax.map(one, parts)
@@ -354,7 +378,8 @@ def make_logp_fn(model_config: ModelConfig, temperature: float, *, microbatches:
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature}")
   return _forward_response(
-      lambda out, tokens, tr: response_logp(out.logits, tokens, tr, temperature),
+      lambda params, out, tokens, tr: chunked_response_logp(
+          params, model_config, out.hidden, tokens, tr, temperature)[0],
       model_config, microbatches, devices)
 
 
@@ -363,5 +388,5 @@ def make_value_fn(model_config: ModelConfig, *, microbatches: int = 1, devices=N
   each response token (0 where response_mask is 0), for the batch's `old_values`. `model_config` is
   the policy's; the critic adds the value head."""
   return _forward_response(
-      lambda out, tokens, tr: response_logits(out.values, tr),
+      lambda params, out, tokens, tr: response_logits(out.values, tr),
       critic_config(model_config), microbatches, devices)

@@ -208,3 +208,37 @@ def test_token_logp_of_a_masked_target_is_minus_inf_with_a_finite_gradient():
   # d log p_2 / dz = onehot(2) - softmax(z) = [0, 0, 1] - [1/4, 3/4, 0].
   grad = jax.grad(lambda z: tfm.token_logp(z, jnp.array(2)))(logits)
   np.testing.assert_allclose(grad, [-0.25, -0.75, 1.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(tie_embeddings=False, value_head=True)])
+def test_remat_gives_the_same_outputs_and_gradients(overrides, random_params):
+  config = _config(**overrides)
+  params = random_params(config)
+  tokens, mask = _left_padded_batch(np.random.default_rng(1), [7, 4, 2], 7)
+
+  def loss(p, cfg):
+    out = tfm.forward(p, cfg, tokens, mask)
+    values = 0.0 if out.values is None else jnp.sum(out.values ** 2)
+    return jnp.sum(jax.nn.log_softmax(out.logits) * mask[..., None]) + values
+
+  for_config = lambda cfg: jax.jit(jax.value_and_grad(lambda p: loss(p, cfg)))(params)  # noqa: E731
+  (plain_loss, plain), (remat_loss, remat) = for_config(config), for_config(config.replace(remat=True))
+  np.testing.assert_allclose(remat_loss, plain_loss, rtol=1e-6)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(plain), jax.tree.leaves(remat)):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def test_head_false_returns_the_states_the_output_head_reads(random_params):
+  for config in (_config(), _config(tie_embeddings=False)):
+    params = random_params(config)
+    tokens, mask = _left_padded_batch(np.random.default_rng(2), [5, 3], 5)
+    full = tfm.forward(params, config, tokens, mask)
+    headless = tfm.forward(params, config, tokens, mask, head=False)
+    assert headless.logits is None and headless.hidden.shape == (2, 5, config.hidden_size)
+    np.testing.assert_allclose(tfm.output_logits(params, config, headless.hidden), full.logits,
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_remat_must_be_a_bool():
+  with pytest.raises(ValueError, match="model.remat must be True or False"):
+    _config(remat=1)

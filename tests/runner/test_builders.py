@@ -1,10 +1,23 @@
 """builders.held_out_examples: an explicit task.eval_size is required exactly; otherwise
-task.default_eval_size is shrunk, with a warning, to what a data file holds."""
+task.default_eval_size is shrunk, with a warning, to what a data file holds. build_model: float32
+master weights for every source, the exported policy in the source's dtype."""
 
+import jax
 import ml_collections
+import numpy as np
 import pytest
+import safetensors.numpy
 
+from rlscale.model.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
+from rlscale.model.transformer import init_params
 from rlscale.runner import builders
+from rlscale.runner.builders import build_model, model_remat
+from rlscale.runner.loop import export_policy
+from rlscale.train import update as update_lib
+from rlscale.train.optimizer import make_optimizer
+from rlscale.train.state import create_train_state
+from tests.runner.runner_configs import tiny_config
+from tests.train import update_problem as problem
 
 
 class _FileTask:
@@ -59,3 +72,61 @@ def test_default_eval_size_without_a_field_is_256():
 def test_no_held_out_rows_names_holdout_fraction():
   with pytest.raises(ValueError, match="no held-out rows at task.holdout_fraction=0.1; raise it"):
     builders.held_out_examples(_config(eval_size=None), _FileTask(0), print)
+
+
+def _bf16_checkpoint(path):
+  config = problem.MODEL.replace(param_dtype="bfloat16", dtype="bfloat16")
+  save_hf_checkpoint(path, config, init_params(config, jax.random.key(0)))
+  return str(path)
+
+
+def test_bf16_hf_checkpoint_trains_float32_master_weights_and_exports_bf16(tmp_path):
+  config = tiny_config(model__source="hf", model__checkpoint_path=_bf16_checkpoint(tmp_path / "ckpt"),
+                       model__dtype="bfloat16")
+  config.optim.learning_rate, config.optim.warmup_steps = 1e-6, 0  # the HF config's LR
+  model_config, params, export_dtype = build_model(config, None, lambda _: None)
+  assert (model_config.param_dtype, model_config.dtype, export_dtype) == ("float32", "bfloat16",
+                                                                         "bfloat16")
+  assert model_config.remat  # on by default for HF checkpoints
+  assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype(np.float32)}
+  rl = problem.rl_config("grpo", prompts=2, group=4)
+  tx = make_optimizer(config.optim, **update_lib.optimizer_args(rl, rl_steps=1))
+  host = problem.rollout_batch(8)
+  host.pop("rewards")
+  sharded = update_lib.shard_batch(host, 1)
+  replicated = update_lib.replicate(params)
+  sharded["old_logp"] = update_lib.make_logp_fn(model_config, rl.temperature)(replicated, sharded)
+  sharded["advantages"] = np.array([[1.0, -1.0] * 4], np.float32)
+  state = update_lib.replicate(create_train_state(params, tx))
+  state, _ = update_lib.make_update_fn(model_config, rl, tx)(state, sharded, jax.random.key(0))
+  new = jax.device_get(update_lib.unreplicate(state.params))
+  # An update of ~1e-6 moves the RMSNorm scales (~1): in bf16 they would round back to 1.
+  for name in ("input_layernorm", "post_attention_layernorm"):
+    assert np.any(new["layers_0"][name]["weight"] != params["layers_0"][name]["weight"]), name
+  assert np.any(new["norm"]["weight"] != params["norm"]["weight"])
+  # The exported policy is stored in the checkpoint's dtype, holding the trained values.
+  path = export_policy(str(tmp_path / "run"), model_config.replace(param_dtype=export_dtype), new)
+  stored = safetensors.numpy.load_file(f"{path}/model.safetensors")
+  assert {v.dtype.name for v in stored.values()} == {"bfloat16"}
+  loaded_config, loaded = load_hf_checkpoint(path)
+  assert loaded_config.param_dtype == "bfloat16"
+  np.testing.assert_array_equal(np.asarray(loaded["norm"]["weight"], np.float32),
+                                np.asarray(new["norm"]["weight"].astype(loaded["norm"]["weight"].dtype),
+                                           np.float32))
+
+
+def test_builtin_model_trains_float32_and_exports_model_param_dtype():
+  config = tiny_config(model__param_dtype="bfloat16", model__dtype="bfloat16")
+  tokenizer = type("Tok", (), {"vocab_size": 40})()
+  model_config, params, export_dtype = build_model(config, tokenizer, lambda _: None)
+  assert (model_config.param_dtype, model_config.dtype, export_dtype) == ("float32", "bfloat16",
+                                                                         "bfloat16")
+  assert not model_config.remat  # off by default for the built-in model
+  assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype(np.float32)}
+
+
+def test_model_remat_setting():
+  assert model_remat(tiny_config(model__remat=True)) is True
+  config = tiny_config()
+  config.model.remat = None
+  assert model_remat(config) is False

@@ -43,6 +43,8 @@ def test_one_vs_four_microbatches(runs, request):
     assert _max_diff(one.critic_params, four.critic_params) < 1e-6
   for step in range(2):
     for key, value in one.metrics[step].items():
+      if key in ("gns_grad_sq_small", "gns_batch_small"):  # the microbatches are the small batch
+        continue
       np.testing.assert_allclose(value, four.metrics[step][key], rtol=1e-5, atol=1e-7, err_msg=key)
 
 
@@ -70,12 +72,47 @@ def test_kl_loss_term_by_hand(grpo_runs):
 
 def test_metrics_and_gns_inputs_on_one_device(grpo_runs):
   first = grpo_runs[1].metrics[0]
-  # One device: the per-device gradient is the global one.
-  np.testing.assert_allclose(first["grad_sq_norm_local"], first["grad_sq_norm_global"], rtol=1e-5)
-  assert first["gns_batch_local"][0] == first["gns_batch_global"][0] == 16
-  np.testing.assert_allclose(first["grad_sq_norm_global"][0], first["grad_norm"][0] ** 2, rtol=1e-5)
+  # One device, one microbatch: the small batch is the big one.
+  np.testing.assert_allclose(first["gns_grad_sq_small"], first["gns_grad_sq_big"], rtol=1e-5)
+  assert first["gns_batch_small"][0] == first["gns_batch_big"][0] == 16
+  np.testing.assert_allclose(first["gns_grad_sq_big"][0], first["grad_norm"][0] ** 2, rtol=1e-5)
   assert first["learning_rate"][0] == pytest.approx(1e-3)
   assert first["update_norm"][0] > 0 and first["entropy"][0] > 0
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "token-mean"])
+def test_gns_small_batches_are_the_microbatches_on_one_device(mode):
+  # |g_small|^2 must be the mean over microbatches of |gradient of the microbatch's own mean
+  # loss|^2: each microbatch run alone as a whole batch gives that as its grad_norm^2.
+  rl = problem.rl_config("grpo", microbatches=2, loss_agg_mode=mode)
+  fn, state, batch = problem.setup(rl)
+  _, metrics = fn(state, batch, jax.random.key(0))
+  alone = problem.rl_config("grpo", prompts=2, loss_agg_mode=mode)
+  fn_alone = update_lib.make_update_fn(problem.MODEL, alone, problem.make_optimizer(alone))
+  half = batch["tokens"].shape[1] // 2
+  norms_sq = []
+  for part in (slice(0, half), slice(half, None)):
+    _, part_state, _ = problem.setup(alone)
+    _, part_metrics = fn_alone(part_state, {k: v[:, part] for k, v in batch.items()},
+                               jax.random.key(0))
+    norms_sq.append(part_metrics["grad_norm"][0] ** 2)
+  np.testing.assert_allclose(metrics["gns_grad_sq_small"][0], np.mean(norms_sq), rtol=1e-4)
+  np.testing.assert_allclose(metrics["gns_grad_sq_big"][0], metrics["grad_norm"][0] ** 2, rtol=1e-5)
+  assert (metrics["gns_batch_small"][0], metrics["gns_batch_big"][0]) == (8, 16)
+  # Two different halves: their own gradients are noisier than the whole batch's.
+  assert metrics["gns_grad_sq_small"][0] > metrics["gns_grad_sq_big"][0]
+
+
+def test_gns_of_two_identical_microbatches_sees_no_noise():
+  # Hand case: both microbatches hold the same rows, so each one's own mean-loss gradient equals
+  # the whole batch's: |g_small|^2 = |g_big|^2, i.e. tr(Sigma) = 0 in B_simple.
+  rl = problem.rl_config("grpo", microbatches=2)
+  fn, state, batch = problem.setup(rl)
+  half = batch["tokens"].shape[1] // 2
+  doubled = {k: np.concatenate([v[:, :half], v[:, :half]], axis=1) for k, v in batch.items()}
+  _, metrics = fn(state, doubled, jax.random.key(0))
+  np.testing.assert_allclose(metrics["gns_grad_sq_small"][0], metrics["gns_grad_sq_big"][0],
+                             rtol=1e-5)
 
 
 def test_no_recompilation_after_the_first_step(grpo_runs):
@@ -158,7 +195,7 @@ def test_epochs_and_shuffled_minibatches():
   metrics = run.metrics[0]
   # Four optimizer updates, the later ones on a moved policy.
   assert metrics["ratio_max"][0] > 1.001 or metrics["ratio_min"][0] < 0.999
-  assert metrics["gns_batch_global"][0] == 8  # responses per minibatch
+  assert metrics["gns_batch_big"][0] == 8  # responses per minibatch
 
 
 def test_batch_errors(grpo_runs):

@@ -36,7 +36,7 @@ def test_same_update_on_1_2_4_8_devices_and_4_microbatches():
     worst = max(diffs["metrics"], key=diffs["metrics"].get)
     assert diffs["metrics"][worst] < 1e-5, (case, worst, diffs["metrics"][worst])
   # B_small of the noise-scale estimate is the per-device share of the 16 responses.
-  assert [results[f"grpo_D{d}"]["gns_batch_local"] for d in (2, 4, 8)] == [8.0, 4.0, 2.0]
+  assert [results[f"grpo_D{d}"]["gns_batch_small"] for d in (2, 4, 8)] == [8.0, 4.0, 2.0]
 
 
 def _free_port() -> int:

@@ -19,7 +19,7 @@ from rlscale.train import update as update_lib
 from tests.train import update_problem as problem
 
 # Per-device quantities that legitimately depend on the split.
-SPLIT_DEPENDENT = ("grad_sq_norm_local", "gns_batch_local")
+SPLIT_DEPENDENT = ("gns_grad_sq_small", "gns_batch_small")
 
 
 def _max_diff(a, b) -> float:
@@ -33,7 +33,7 @@ def _compare(reference: problem.Run, run: problem.Run) -> dict:
              / max(abs(float(reference.metrics[-1][k][0])), 1.0)
              for k in reference.metrics[-1] if k not in SPLIT_DEPENDENT}
   out = {"params": _max_diff(reference.params, run.params), "metrics": metrics,
-         "gns_batch_local": float(run.metrics[-1]["gns_batch_local"][0])}
+         "gns_batch_small": float(run.metrics[-1]["gns_batch_small"][0])}
   if reference.critic_params is not None:
     out["critic_params"] = _max_diff(reference.critic_params, run.critic_params)
   return out

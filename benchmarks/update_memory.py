@@ -1,0 +1,84 @@
+"""Memory of the RL update step for a Qwen3-0.6B-shaped policy, from XLA's memory analysis on
+this machine's CPU backend (compiled for abstract inputs, never run; see rlscale/train/memory.py).
+
+  python benchmarks/update_memory.py --out DIR [--quick] [--layers 28] [--dtypes float32,bfloat16]
+
+Writes DIR/update_memory.json: for each compute dtype and model.remat in (False, True), the
+per-device temporary, argument, output and peak GiB of the update step (GRPO preset, one
+microbatch of --rows x (--prompt_len + --response_len) tokens, Adam with clipping, float32
+parameters and Adam moments), with the settings and the jax version.
+
+The shape is Qwen3-0.6B's: vocab 151,936, hidden 1024, 28 layers, 16 heads, 8 KV heads,
+head_dim 128, intermediate 3072, tied embeddings; 8 x 1,024 tokens with a 512-token response.
+Before response-only chunked log-probs and remat (commit cb7ab42) the same measurement gave
+86.4 GiB of temporaries (issue 13 quotes 81.6 GiB from an earlier main) and 6.66 GiB of arguments.
+Each compile of the 28-layer step takes 1-4 minutes on a 2-core CPU; --quick compiles 2 layers
+(under a minute each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.configs.default import get_config  # noqa: E402
+from rlscale.model.config import ModelConfig  # noqa: E402
+from rlscale.rl.presets import resolve_rl_config  # noqa: E402
+from rlscale.train.memory import update_step_memory  # noqa: E402
+from rlscale.train.optimizer import make_optimizer  # noqa: E402
+
+
+def qwen3_0p6b(num_layers: int = 28, **overrides) -> ModelConfig:
+  """The Qwen3-0.6B architecture (config.json of the release), random weights."""
+  return ModelConfig(vocab_size=151_936, hidden_size=1024, intermediate_size=3072,
+                     num_layers=num_layers, num_heads=16, num_kv_heads=8, head_dim=128,
+                     rope_theta=1_000_000.0, tie_embeddings=True, qk_norm=True, **overrides)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--layers", type=int, default=28)
+  parser.add_argument("--quick", action="store_true", help="2 layers instead of --layers")
+  parser.add_argument("--rows", type=int, default=8)
+  parser.add_argument("--prompt_len", type=int, default=512)
+  parser.add_argument("--response_len", type=int, default=512)
+  parser.add_argument("--dtypes", default="float32", help="compute dtypes, comma-separated")
+  args = parser.parse_args()
+  if args.quick:
+    args.layers = 2
+  config = get_config()
+  config.rl.prompts_per_step, config.rl.group_size = 1, args.rows
+  rl = resolve_rl_config(config.rl)
+  optimizer = make_optimizer(config.optim, batch_size=args.rows, total_steps=100)
+  results = []
+  for dtype in args.dtypes.split(","):
+    for remat in (False, True):
+      model = qwen3_0p6b(args.layers, dtype=dtype, remat=remat)
+      start = time.perf_counter()
+      memory = update_step_memory(model, rl, optimizer, batch_size=args.rows,
+                                  prompt_len=args.prompt_len, response_len=args.response_len)
+      row = {"dtype": dtype, "remat": remat, **memory.gib(),
+             "compile_seconds": round(time.perf_counter() - start, 1)}
+      print(json.dumps(row), flush=True)
+      results.append(row)
+  os.makedirs(args.out, exist_ok=True)
+  out = {"model": "Qwen3-0.6B shape", "layers": args.layers, "rows": args.rows,
+         "prompt_len": args.prompt_len, "response_len": args.response_len,
+         "algorithm": "grpo", "params_dtype": "float32", "backend": jax.default_backend(),
+         "jax": jax.__version__, "results": results,
+         "before": {"commit": "cb7ab42", "temp_gib": 86.4, "argument_gib": 6.66,
+                    "issue_13_quote_temp_gib": 81.6}}
+  with open(os.path.join(args.out, "update_memory.json"), "w") as f:
+    json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+  main()
