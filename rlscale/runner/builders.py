@@ -340,6 +340,6 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
              ref_params=ref_params, logp_fn=logp_fn, value_fn=value_fn,
              prompt_buckets=buckets, num_devices=num_devices,
              warm_start_seconds=warm_start_seconds, total_steps=total_steps,
-             advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)), 
+             advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)),
              export_dtype=export_dtype, log=log,
              title=title, smoke=bool(config.get("smoke", False)))
