@@ -20,6 +20,7 @@ import optax
 from rlscale.model.config import ModelConfig
 from rlscale.model.transformer import init_params
 from rlscale.train import update as update_lib
+from rlscale.train.compile_options import compile_lowered
 from rlscale.train.state import create_train_state, critic_params_from_policy
 
 GIB = 2 ** 30
@@ -76,7 +77,8 @@ def update_step_memory(model_config: ModelConfig, rl_cfg, optimizer: optax.Gradi
                        critic_optimizer: Optional[optax.GradientTransformation] = None
                        ) -> StepMemory:
   """Compiles the update step for one device and `batch_size` rows of prompt_len + response_len
-  tokens (abstract inputs only) and returns its `StepMemory`.
+  tokens (abstract inputs only, with the XLA options the runner's step gets) and returns its
+  `StepMemory`.
 
   Args:
     model_config: the policy (its dtype, param_dtype and remat are what gets compiled).
@@ -102,7 +104,8 @@ def update_step_memory(model_config: ModelConfig, rl_cfg, optimizer: optax.Gradi
                        jax.eval_shape(abstract_state))
   batch = abstract_batch(rl_cfg, batch_size, prompt_len, response_len)
   rng = jax.ShapeDtypeStruct((1,), jax.eval_shape(lambda: jax.random.key(0)).dtype)
-  stats = fn.pmapped.lower(state, batch, rng).compile().memory_analysis()
+  lowered = fn.pmapped.lower(state, batch, rng)
+  stats = compile_lowered(lowered, fn.compiler_options).memory_analysis()
   return StepMemory(temp_bytes=int(stats.temp_size_in_bytes),
                     argument_bytes=int(stats.argument_size_in_bytes),
                     output_bytes=int(stats.output_size_in_bytes),

@@ -322,7 +322,8 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
   Returns fn(state, batch, rng) -> (state, metrics): state replicated ([D, ...] leaves), batch
   with a leading device axis (`shard_batch`), rng one key or D keys (`replicate_key`); metrics
   are [D] arrays holding the same value on every device. `fn.pmapped` is the pmapped step without
-  the checks (rng must be D keys), e.g. to `.lower()` it for abstract inputs.
+  the checks (rng must be D keys), e.g. to `.lower()` it for abstract inputs, and
+  `fn.compiler_options` the XLA options its executable gets here ({} where none apply).
 
   Raises: ValueError for an invalid rl config (naming the field), or, when called, for a batch
   with missing keys or inconsistent shapes.
@@ -334,9 +335,8 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
     critic_optimizer = optimizer
   step = functools.partial(update_step, model_config=model_config, rl_cfg=rl, optimizer=optimizer,
                            critic_optimizer=critic_optimizer)
-  pmapped = with_cpu_compiler_options(
-      jax.pmap(step, axis_name=AXIS_NAME, donate_argnums=(0,), devices=devices),
-      cpu_compiler_options, devices)
+  raw = jax.pmap(step, axis_name=AXIS_NAME, donate_argnums=(0,), devices=devices)
+  pmapped = with_cpu_compiler_options(raw, cpu_compiler_options, devices)
 
   def update(state: TrainState, batch, rng: jax.Array):
     if uses_critic(rl) and state.critic_params is None:
@@ -347,7 +347,10 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
       rng = replicate_key(rng, num_devices)
     return pmapped(state, dict(batch), rng)
 
-  update.pmapped = pmapped  # the raw pmapped step, for `.lower(...)` (see train/memory.py)
+  # The pmapped step and the options its executable is compiled with, to `.lower(...)` and
+  # compile it for abstract inputs (train/memory.py).
+  update.pmapped = raw
+  update.compiler_options = {} if pmapped is raw else dict(cpu_compiler_options)
   return update
 
 
