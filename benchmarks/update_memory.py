@@ -12,6 +12,8 @@ The shape is Qwen3-0.6B's: vocab 151,936, hidden 1024, 28 layers, 16 heads, 8 KV
 head_dim 128, intermediate 3072, tied embeddings; 8 x 1,024 tokens with a 512-token response.
 Before response-only chunked log-probs and remat (commit cb7ab42) the same measurement gave
 86.4 GiB of temporaries (issue 13 quotes 81.6 GiB from an earlier main) and 6.66 GiB of arguments.
+The step is compiled with the XLA options the runner gives it (train.compile_options; with XLA's
+defaults the remat figure was 8.72 GiB).
 Each compile of the 28-layer step takes 1-4 minutes on a 2-core CPU; --quick compiles 2 layers
 (under a minute each).
 """
