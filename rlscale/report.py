@@ -52,8 +52,10 @@ def _main(argv):
                          "[--target_metric=...] [--target=...]")
   sweep_dir = argv[1]
   logging.set_verbosity(logging.WARNING)
-  if not os.path.isdir(sweep_dir):
+  if not os.path.exists(sweep_dir):
     raise FileNotFoundError(f"sweep directory {sweep_dir!r} not found")
+  if not os.path.isdir(sweep_dir):
+    raise NotADirectoryError(f"sweep directory {sweep_dir!r} is a file; pass the sweep's --workdir")
   report = report_lib.build_report(sweep_dir, profile=find_profile(sweep_dir, _THROUGHPUT.value),
                                    metric=_METRIC.value, target=_TARGET.value, window=_SMOOTH.value)
   paths = report_writer.write_report(report, sweep_dir, _OUT.value)

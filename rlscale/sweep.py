@@ -38,6 +38,9 @@ def _main(argv):
     raise cli.UsageError(f"unexpected arguments {argv[1:]}")
   if _PARALLEL.value < 1:
     raise ValueError(f"--parallel must be >= 1, got {_PARALLEL.value}")
+  if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
+    raise NotADirectoryError(f"--workdir={_WORKDIR.value!r} is a file; it must be a directory "
+                             "(created when missing)")
   logging.set_verbosity(logging.WARNING)
   # Runs of a sweep compile the same programs: share compilations through a persistent cache
   # (before JAX is imported; the run processes inherit it).

@@ -34,7 +34,7 @@ def _main(argv):
   try:
     prompts = [int(p) for p in _PROMPTS.value]
   except ValueError:
-    raise ValueError(f"--prompts_per_step must be integers, got {_PROMPTS.value}") from None
+    raise ValueError(f"--prompts_per_step must list integers >= 1, got {_PROMPTS.value}") from None
   spec = config_flags.get_config_filename(flags.FLAGS["config"])
   result = throughput.profile(_CONFIG.value, prompts, _OUT.value, warmup=_WARMUP.value,
                               repeats=_REPEATS.value, name=spec)

@@ -9,8 +9,8 @@ import os
 
 def load_config_file(path: str, arg: str | None = None):
   """Calls `get_config(arg)` of the Python config file at `path` (relative paths are taken from the
-  current directory). Raises FileNotFoundError when the file is missing, AttributeError when it has
-  no `get_config`."""
+  current directory). Raises FileNotFoundError when the file is missing, ValueError (a user error,
+  reported on one line by rlscale.cli) when it has no `get_config`."""
   if not os.path.exists(path):
     raise FileNotFoundError(f"config file {path!r} not found")
   name = "rlscale_config_" + os.path.splitext(os.path.basename(path))[0]
@@ -18,7 +18,7 @@ def load_config_file(path: str, arg: str | None = None):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   if not hasattr(module, "get_config"):
-    raise AttributeError(f"config file {path!r} defines no get_config(arg=None)")
+    raise ValueError(f"config file {path!r} defines no get_config(arg=None)")
   return module.get_config(arg) if arg is not None else module.get_config()
 
 

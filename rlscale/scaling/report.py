@@ -1,7 +1,8 @@
 """A sweep directory -> the study's numbers: samples-, time-to-target, invariance, decisions, GNS.
 
 `build_report(sweep_dir, ...)` reads whatever run directories exist under `<sweep_dir>/runs`
-(metrics.jsonl, config.json, summary.json; a run still going counts with the evaluations it has)
+(metrics.jsonl, config.json, summary.json; a run still going counts with the evaluations it has,
+one with no RL step yet is left out and named in report['runs_not_started'])
 and an optional throughput profile (`rlscale.scaling.throughput`), and returns the report dict
 that `write_report` saves as report.json, report.md, CSV tables and figures.
 
@@ -259,13 +260,22 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str = D
                  target: float | None = None, window: int = 3, name: str | None = None) -> dict:
   """The study's numbers for a sweep directory (see the module docstring and report.json keys).
 
-  Raises FileNotFoundError for a directory without runs, ValueError for a metric no run logs."""
+  Runs that have taken no RL step yet are left out (named in "runs_not_started"). Raises
+  FileNotFoundError for a directory without runs, ValueError for a metric no run logs or when no
+  run has taken an RL step."""
   runs = [load_run(d) for d in run_dirs(sweep_dir)]
   logged = sorted({k for r in runs for rec in r.records for k in rec if k.startswith("eval/")})
   runs = [r for r in runs if r.curve(metric)[0].size]
   if not runs:
     raise ValueError(f"no run logs the target metric {metric!r}; the runs log {logged} "
                      "(--target_metric)")
+  # A run that has taken no RL step yet holds only its warm-start evaluation: it says nothing on
+  # N* (its lower bound would be 0 responses) nor on throughput, so it is listed, not counted.
+  not_started = sorted(r.name for r in runs if r.samples_consumed == 0)
+  runs = [r for r in runs if r.samples_consumed > 0]
+  if not runs:
+    raise ValueError(f"no run has taken an RL step yet: the {len(not_started)} runs under "
+                     f"{sweep_dir!r} hold only their warm-start evaluation; report again later")
   meta = load_sweep_meta(sweep_dir)
   base_lr = meta.get("base_learning_rate") or _mode([r.get("optim.learning_rate") for r in runs])
   reference_batch = meta.get("reference_batch") or _mode([r.get("optim.reference_batch") for r in runs])
@@ -320,6 +330,7 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str = D
       "base_learning_rate": base_lr, "reference_batch": reference_batch,
       "throughput_source": throughput.source,
       "runs": run_rows,
+      "runs_not_started": not_started,
       "groups": group_stats,
       "invariance": invariance,
       "decisions": decisions,

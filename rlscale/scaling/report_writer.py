@@ -49,6 +49,12 @@ def _fmt(x, digits=3):
   return str(x)
 
 
+def _lower_bound(x, censored: bool) -> str:
+  """`x` formatted, as ">= x" when a censored run (budget reached before the target) went into
+  it: the value is then a lower bound, never a measured samples- or time-to-target."""
+  return (">= " if censored and x is not None else "") + _fmt(x)
+
+
 def markdown(report, figure_paths) -> str:
   """report.md: what was measured and the answers, with numbers."""
   t = report["target"]
@@ -58,6 +64,8 @@ def markdown(report, figure_paths) -> str:
            f"at reference batch {report['reference_batch']}. Throughput from: "
            f"{report['throughput_source']} ({'measured alone on the machine' if report['throughput_source'] == 'profile' else 'the runs own clocks; runs of a parallel sweep share cores'}).",
            ""]
+  if report.get("runs_not_started"):
+    lines += [f"Left out, no RL step taken yet: {', '.join(report['runs_not_started'])}.", ""]
   inv = report["invariance"]
   if inv:
     lines += ["## Invariance (mean |gap| of the smoothed held-out curve to the reference batch's,"
@@ -119,8 +127,9 @@ def markdown(report, figure_paths) -> str:
       s = groups[("sqrt", b)]
       if s["time_to_target_s"] is not None and s["runs"] != g["runs"]:
         slower = g["time_to_target_s"] > s["time_to_target_s"]
-        compare.append(f"- B={b}: without LR retuning (none) T = {_fmt(g['time_to_target_s'])} s "
-                       f"vs sqrt {_fmt(s['time_to_target_s'])} s: none is "
+        compare.append(f"- B={b}: without LR retuning (none) T = "
+                       f"{_lower_bound(g['time_to_target_s'], g['censored'])} s vs sqrt "
+                       f"{_lower_bound(s['time_to_target_s'], s['censored'])} s: none is "
                        f"{'slower' if slower else 'not slower'}"
                        f"{' (a side is censored: lower bound)' if g['censored'] or s['censored'] else ''}.")
   if compare:
@@ -131,9 +140,10 @@ def markdown(report, figure_paths) -> str:
   for g in report["groups"]:
     ci = g["samples_to_target_ci"]
     lines.append(f"| {g['rule']} | {g['batch_size']} | {g['learning_rate']:.3g} | {len(g['seeds'])} | "
-                 f"{_fmt(g['samples_to_target_mean'])} [{_fmt(ci[0])}, {_fmt(ci[1])}] | "
-                 f"{g['censored_runs']} | {_fmt(g['time_to_target_s'])} | "
-                 f"{_fmt(g['measured_time_to_target_s'])} |")
+                 f"{_lower_bound(g['samples_to_target_mean'], g['censored'])} "
+                 f"[{_fmt(ci[0])}, {_fmt(ci[1])}] | {g['censored_runs']} | "
+                 f"{_lower_bound(g['time_to_target_s'], g['censored'])} | "
+                 f"{_lower_bound(g['measured_time_to_target_s'], g['censored'])} |")
   lines += ["", "## Critical batch", ""]
   for rule, fit in report["scaling_fit"].items():
     lines.append(f"- {rule}: N*(B) = N_min (1 + B / B_noise) with N_min = {_fmt(fit.get('n_min'))}, "
@@ -171,6 +181,7 @@ def write_report(report: dict, sweep_dir: str, out_dir: str | None = None) -> di
   _write_csv(os.path.join(out_dir, "decisions.csv"), report["decisions"], DECISION_COLUMNS)
   _write_csv(os.path.join(out_dir, "groups.csv"), report["groups"],
              ("rule", "batch_size", "learning_rate", "samples_to_target_mean", "censored_runs",
+              "censored",
               "throughput_responses_per_s", "time_to_target_s", "measured_time_to_target_s",
               "final_metric_mean"))
   inv_rows = [{"rule": rule, "batch_size": b, "score": s, "reference_batch": e["reference_batch"]}

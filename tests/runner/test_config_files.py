@@ -65,5 +65,5 @@ def test_load_config_file_errors(tmp_path):
   with pytest.raises(FileNotFoundError, match="not found"):
     config_files.load_config_file(str(tmp_path / "missing.py"))
   (tmp_path / "empty.py").write_text("x = 1\n")
-  with pytest.raises(AttributeError, match="defines no get_config"):
+  with pytest.raises(ValueError, match="defines no get_config"):
     config_files.load_config_file(str(tmp_path / "empty.py"))

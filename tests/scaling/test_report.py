@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -132,6 +134,43 @@ def test_written_files(sweep_dir):
   assert "B_simple" in open(paths["md"]).read()
 
 
+def test_target_never_reached_is_a_lower_bound_not_a_time(sweep_dir, tmp_path):
+  # Best values 0.6, 0.4, 0.6: no run reaches 0.9, so every run is censored at its budget (32).
+  report = report_lib.build_report(sweep_dir, target=0.9, window=1)
+  assert all(r["censored"] and r["samples_to_target"] is None and r["time_to_target_s"] is None
+             and r["samples_lower_bound"] == 32 for r in report["runs"])
+  assert report["groups"] and all(g["censored"] and g["samples_to_target_mean"] == 32
+                                  for g in report["groups"])
+  paths = report_writer.write_report(report, sweep_dir, str(tmp_path / "out"))
+  md = open(paths["md"]).read()
+  table = md.split("## Samples- and time-to-target per group")[1].split("##")[0]
+  rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| none")]
+  # B = 8 (run a): N* >= 32 responses at q = 4 responses/s -> T >= 8 s; its clock: 4 steps x 2 s.
+  row = next(r for r in rows if r[1] == "8")
+  assert row[4].startswith(">= 32 [") and row[6] == ">= 8" and row[7] == ">= 8 |"
+  with open(os.path.join(tmp_path / "out", "groups.csv")) as f:
+    header, *lines = f.read().splitlines()
+  assert "censored" in header.split(",") and len(lines) == len(report["groups"])
+
+
+def test_runs_without_an_rl_step_are_left_out(sweep_dir, tmp_path):
+  # "d" holds only its warm-start evaluation (0.2 at 0 responses): counted, its lower bound (0)
+  # would pull the B = 16 none group's N* from 32 down to 16.
+  path = write_run(sweep_dir, "d", prompts=8, lr_scaling="none", seed=1, evals={0: 0.2},
+                   step_seconds=(0.5, 0.5, 1.0), budget=0)
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  assert report["runs_not_started"] == ["d"] and "d" not in {r["name"] for r in report["runs"]}
+  group = next(g for g in report["groups"] if (g["rule"], g["batch_size"]) == ("none", 16))
+  assert group["runs"] == ["b"] and group["samples_to_target_mean"] == 32
+  md = report_writer.markdown(report, [])
+  assert "Left out, no RL step taken yet: d." in md
+  only = tmp_path / "only_warm_start"
+  os.makedirs(only / "runs")
+  os.rename(path, only / "runs" / "d")
+  with pytest.raises(ValueError, match="no run has taken an RL step yet: the 1 runs"):
+    report_lib.build_report(str(only))
+
+
 def test_noise_scale_from_logged_parts(tmp_path):
   # |G|^2 = 4, tr(Sigma) = 64 -> |g|^2 = 12 at B_small = 8 (a microbatch), 6 at B_big = 32.
   parts = {"train/gns_grad_sq_small": 12.0, "train/gns_grad_sq_big": 6.0,
@@ -158,3 +197,13 @@ def test_errors_name_the_problem(tmp_path, sweep_dir):
     report_lib.build_report(str(tmp_path / "empty"))
   with pytest.raises(ValueError, match="eval/nothing.*eval/greedy_accuracy"):
     report_lib.build_report(sweep_dir, metric="eval/nothing")
+
+
+def test_cli_names_a_file_given_as_the_sweep_directory(tmp_path):
+  path = tmp_path / "a_file"
+  path.write_text("")
+  out = subprocess.run([sys.executable, "-m", "rlscale.report", str(path)], capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 2
+  assert out.stderr == (f"error: sweep directory {str(path)!r} is a file; pass the sweep's "
+                        "--workdir\n")

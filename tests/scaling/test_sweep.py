@@ -100,3 +100,23 @@ def test_progress_eta_scales_seconds_per_response_to_each_budget(tmp_path):
   assert progress.estimate(runs[0]) == pytest.approx(32.0)  # no B = 4 run yet: all runs' rate
   progress.started(runs[2], runs[2:])
   assert logged[-1].startswith(f"sweep [2/3] start {runs[2].name}: run ETA 32 s; sweep ETA 16 s")
+
+
+@pytest.mark.parametrize("module", ["rlscale.sweep", "rlscale.main"])
+def test_config_file_without_get_config_is_one_error_line(tmp_path, module):
+  path = tmp_path / "no_config.py"
+  path.write_text("x = 1\n")
+  out = subprocess.run([sys.executable, "-m", module, f"--config={path}",
+                        f"--workdir={tmp_path / 'w'}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert out.stderr == f"error: config file {str(path)!r} defines no get_config(arg=None)\n"
+
+
+def test_workdir_that_is_a_file_is_named(tmp_path):
+  path = tmp_path / "a_file"
+  path.write_text("")
+  out = _cli(f"--config={BATCH_LR}:smoke", f"--workdir={path}")
+  assert out.returncode == 2
+  assert out.stderr == (f"error: --workdir={str(path)!r} is a file; it must be a directory "
+                        "(created when missing)\n")
