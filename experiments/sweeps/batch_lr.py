@@ -28,14 +28,13 @@ from rlscale.scaling.hyper import batch_lr_grid
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
 LR0 = 1e-4  # the main job's learning rate at B0 = 256
 SMOKE_LR0 = 3e-3  # large, so a few smoke steps move the held-out curves
-# Budget in responses and evaluation interval (all runs): 128 steps at B = 512, 1024 at B = 64,
-# 16 evaluations. Half the main job's 128k responses (which gains ~29 points). Estimated ~30 min
-# for the 20 runs one at a time on an idle 2-core CPU (~1.1 ms of RL execution per response, so
-# ~75 s per run, plus ~15 s of compilation and evaluation), less with --parallel=2: measured
-# 8,192 responses at B = 64 and 512 under a load average of ~15 (training 59 s and 77 s of
-# execution, ~7.5x idle) and the main job's 0.73 ms per response at B = 256 on an idle machine.
-TOTAL_SAMPLES = 65536
-EVAL_EVERY_SAMPLES = 4096
+# Budget in responses and evaluation interval (all runs): 64 steps at B = 512, 512 at B = 64,
+# 16 evaluations; a quarter of the main job's 128k responses (enough for ~+12 points here). The
+# committed study (experiments/results/batch_lr/) ran exactly this: 20 runs with --parallel=2 in
+# 76 min on a 2-core CPU shared with other jobs (load average 10-20); on an idle machine
+# expect about a third of that. A budget of 65,536 would give longer curves at twice the cost.
+TOTAL_SAMPLES = 32768
+EVAL_EVERY_SAMPLES = 2048
 
 
 def check_arg(arg):
