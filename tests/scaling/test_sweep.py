@@ -29,7 +29,7 @@ def test_batch_lr_plan_merges_runs_with_equal_learning_rates(tmp_path):
       "seed=0,prompts_per_step=8,lr_scaling=sqrt,learning_rate=0.0002"]
   cache = {r.config.sft.cache_dir for r in runs}
   assert cache == {os.path.abspath(os.path.join(tmp_path, "sft"))}
-  assert {sweep.budget_samples(r.config) for r in runs} == {65536}
+  assert {sweep.budget_samples(r.config) for r in runs} == {32768}
   assert {r.config.rl.microbatches for r in runs} == {2}
 
 
