@@ -147,3 +147,15 @@ def check_field_paths(config, paths) -> None:
   for path in paths:
     if not has_field(config, path):
       raise ValueError(unknown_field_message(config, path))
+
+
+def flatten_config(tree: dict, prefix: str = "") -> dict:
+  """A nested config dict (e.g. `ConfigDict.to_dict()` or a saved config.json) as one flat dict
+  keyed by dotted field paths (`{"rl": {"group_size": 8}}` -> `{"rl.group_size": 8}`)."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(flatten_config(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out

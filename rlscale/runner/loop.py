@@ -35,6 +35,7 @@ from rlscale.runner import builders
 from rlscale.runner.batching import (decode_responses, encode_prompts, response_bucket,
                                      trim_rollout)
 from rlscale.runner.checkpoints import Checkpointer
+from rlscale.runner.config_files import flatten_config
 from rlscale.runner.evaluate import accuracy_change_note, evaluation_key
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
@@ -54,16 +55,6 @@ RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_ever
 MAX_SAMPLING_ROUNDS = 4
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
-
-
 def check_resume_config(workdir: str, config) -> None:
   """Refuses to resume a checkpointed run with a different config.
 
@@ -74,8 +65,8 @@ def check_resume_config(workdir: str, config) -> None:
   if not (os.path.exists(path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
     return
   with open(path, encoding="utf-8") as f:
-    saved = _flatten(json.load(f)["config"])
-  current = _flatten(json.loads(json.dumps(config.to_dict(), default=str)))
+    saved = flatten_config(json.load(f)["config"])
+  current = flatten_config(json.loads(json.dumps(config.to_dict(), default=str)))
   changed = sorted(k for k in set(saved) | set(current)
                    if saved.get(k) != current.get(k) and k not in RESUMABLE_FIELDS)
   if changed:

@@ -24,6 +24,7 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
+from rlscale.runner.config_files import flatten_config
 from rlscale.scaling import hyper
 
 RUNS_DIR = "runs"
@@ -86,7 +87,7 @@ def effective_signature(config) -> str:
   """JSON of the settings that change what a run computes: the learning rate after scaling
   replaces (learning_rate, lr_scaling, reference_batch), and the cache directory is dropped."""
   from rlscale.train.optimizer import scaled_learning_rate  # pylint: disable=g-import-not-at-top
-  flat = _flatten(json.loads(json.dumps(config.to_dict(), default=str)))
+  flat = flatten_config(json.loads(json.dumps(config.to_dict(), default=str)))
   # Responses per optimizer update, the batch the LR rule scales with (update.optimizer_args).
   batch = config.rl.prompts_per_step * config.rl.group_size // config.rl.minibatches
   flat["optim.learning_rate"] = scaled_learning_rate(config.optim, batch)
@@ -98,16 +99,6 @@ def effective_signature(config) -> str:
     flat.pop("optim.reference_batch", None)
   flat.pop("sft.cache_dir", None)
   return json.dumps(flat, sort_keys=True, default=str)
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
 
 
 def plan(base_config, sweep_runs: Sequence[dict[str, Any]], workdir: str) -> list[Run]:
