@@ -7,16 +7,23 @@ import importlib.util
 import os
 
 
+def import_python_file(path: str, kind: str):
+  """Imports the Python file at `path` as a fresh module (a config or sweep file); `kind` names it
+  in the error. Raises FileNotFoundError naming the path when the file is missing."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{kind} file {path!r} not found")
+  name = f"rlscale_{kind}_" + os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def load_config_file(path: str, arg: str | None = None):
   """Calls `get_config(arg)` of the Python config file at `path` (relative paths are taken from the
   current directory). Raises FileNotFoundError when the file is missing, ValueError (a user error,
   reported on one line by rlscale.cli) when it has no `get_config`."""
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"config file {path!r} not found")
-  name = "rlscale_config_" + os.path.splitext(os.path.basename(path))[0]
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = import_python_file(path, "config")
   if not hasattr(module, "get_config"):
     raise ValueError(f"config file {path!r} defines no get_config(arg=None)")
   return module.get_config(arg) if arg is not None else module.get_config()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.util
 import json
 import os
 import shlex
@@ -24,7 +23,7 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
-from rlscale.runner.config_files import flatten_config
+from rlscale.runner.config_files import flatten_config, import_python_file
 from rlscale.scaling import hyper
 
 RUNS_DIR = "runs"
@@ -62,12 +61,7 @@ def split_config_arg(spec: str) -> tuple[str, str | None]:
 def load_sweep_module(path: str):
   """Imports a sweep file; raises FileNotFoundError, or ValueError when it lacks get_config or
   get_sweep."""
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"sweep file {path!r} not found")
-  name = "rlscale_sweep_" + os.path.splitext(os.path.basename(path))[0]
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = import_python_file(path, "sweep")
   for fn in ("get_config", "get_sweep"):
     if not hasattr(module, fn):
       raise ValueError(f"sweep file {path!r} defines no {fn}(arg=None)")
