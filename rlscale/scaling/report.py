@@ -6,11 +6,15 @@ one with no RL step yet is left out and named in report['runs_not_started'])
 and an optional throughput profile (`rlscale.scaling.throughput`), and returns the report dict
 that `write_report` saves as report.json, report.md, CSV tables and figures.
 
-Groups. A run is at batch B = P * G with effective learning rate lr(B). It belongs to LR rule r
-(none, sqrt, linear) when lr(B) is what r gives from the sweep's base learning rate lr0 at the
-reference batch B0, so the run at B0 counts for every rule. "tuned" is, at each batch, the
-learning rate with the lowest mean samples-to-target among all runs at that batch (the retuned
-LR of the study). Seeds are the repeats of a group.
+Groups. A run is at batch B = P * G with effective learning rate lr(B). Its LR rule is the one
+its config names (optim.lr_scaling, as the sweep override set it) and its LR multiplier is its
+optim.learning_rate over the sweep's base learning rate lr0 (1 for a rule's own run, e.g. 0.5 or 2
+for a run of an LR grid). A run belongs to the group of its rule when its multiplier is 1; the run
+at the reference batch B0 with multiplier 1 belongs to every rule's group (every rule gives lr0
+there). A grid run belongs to no rule's group, even when its learning rate happens to equal what
+another rule gives (sqrt x 0.5 at B0/4 equals linear): it is never relabelled by its value.
+"tuned" is, at each batch, the learning rate with the lowest mean samples-to-target among all runs
+at that batch (the retuned LR of the study). Seeds are the repeats of a group.
 """
 
 from __future__ import annotations
@@ -168,17 +172,27 @@ def _mode(values):
   return statistics.multimode(values)[0]
 
 
+def lr_multiplier(run: RunData, base_lr: float) -> float:
+  """The run's optim.learning_rate over the sweep's base learning rate lr0 (from its config.json,
+  so runs written before the report knew about multipliers get theirs too): 1 for a rule's own
+  run, the grid factor (e.g. 0.5, 2) for a run of an LR grid."""
+  return float(run.get("optim.learning_rate")) / base_lr
+
+
 def rule_memberships(runs: Sequence[RunData], base_lr: float, reference_batch: int) -> dict[str, list[str]]:
-  """{run name: LR rules it follows}: those r whose lr at the run's batch equals its effective
-  LR (relative tolerance 1e-6)."""
+  """{run name: LR rule groups it belongs to} (the module docstring's "Groups"): [its named rule]
+  when its LR multiplier is 1 (relative tolerance 1e-6), every rule for such a run at the
+  reference batch (update batch == reference_batch, where every rule gives lr0), [] for a grid run
+  (multiplier != 1) whatever rule its learning rate happens to coincide with."""
   out = {}
   for run in runs:
-    rules = []
-    for rule in LR_RULES:
-      expected = scaled_learning_rate(_optim(base_lr, rule, reference_batch), run.update_batch)
-      if math.isclose(run.effective_lr, expected, rel_tol=1e-6):
-        rules.append(rule)
-    out[run.name] = rules
+    rule = run.get("optim.lr_scaling")
+    if not math.isclose(lr_multiplier(run, base_lr), 1.0, rel_tol=1e-6):
+      out[run.name] = []
+    elif run.update_batch == reference_batch:
+      out[run.name] = list(LR_RULES)
+    else:
+      out[run.name] = [rule] if rule in LR_RULES else []
   return out
 
 
@@ -298,8 +312,7 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str = D
     row = {
         "name": run.name, "prompts_per_step": run.prompts_per_step, "group_size": run.group_size,
         "batch_size": run.batch_size, "lr_rule": lr_rule, "rules": memberships[run.name],
-        "learning_rate": run.effective_lr, "lr_multiplier": run.effective_lr / scaled_learning_rate(
-            _optim(base_lr, lr_rule, reference_batch), run.update_batch),
+        "learning_rate": run.effective_lr, "lr_multiplier": lr_multiplier(run, base_lr),
         "seed": run.seed, "samples_to_target": crossing.samples, "censored": crossing.censored,
         "samples_lower_bound": crossing.bound, "budget_samples": run.budget,
         "samples_consumed": run.samples_consumed, "finished": run.summary is not None,

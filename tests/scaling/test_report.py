@@ -99,6 +99,34 @@ def test_invariance_and_decisions_by_hand(sweep_dir):
   assert report["phase_shares"]["8"]["generation"] == pytest.approx(0.5)
 
 
+def test_grid_run_keeps_its_named_rule_and_multiplier(sweep_dir):
+  # B = 4 (half the reference batch 8). "d": sqrt rule with lr0 x 1/sqrt(2), so its learning rate
+  # lr0 / sqrt(2) x sqrt(4 / 8) = lr0 / 2 equals what linear gives at B = 4: still a sqrt grid run
+  # (multiplier 1/sqrt(2)), in no rule's group. "e": linear's own run at B = 4 (lr0 / 2 too).
+  write_run(sweep_dir, "d", prompts=2, lr_scaling="sqrt", seed=0, learning_rate=LR0 / 2 ** 0.5,
+            evals={0: 0.2, 16: 0.5, 32: 0.6}, step_seconds=(1.0, 0.0, 1.0))
+  write_run(sweep_dir, "e", prompts=2, lr_scaling="linear", seed=0,
+            evals={0: 0.2, 16: 0.3, 32: 0.6}, step_seconds=(1.0, 0.0, 1.0))
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  runs = {r["name"]: r for r in report["runs"]}
+  assert runs["d"]["learning_rate"] == pytest.approx(LR0 / 2)
+  assert runs["d"]["lr_rule"] == "sqrt" and runs["d"]["rules"] == []
+  assert runs["d"]["lr_multiplier"] == pytest.approx(2 ** -0.5)
+  assert runs["e"]["lr_rule"] == "linear" and runs["e"]["rules"] == ["linear"]
+  assert runs["e"]["lr_multiplier"] == pytest.approx(1.0)
+  assert runs["c"]["lr_multiplier"] == pytest.approx(1.0)  # sqrt's own run at B = 16
+  groups = {(g["rule"], g["batch_size"]): g["runs"] for g in report["groups"]}
+  assert groups[("linear", 4)] == ["e"] and groups[("sqrt", 8)] == ["a"]
+  assert ("sqrt", 4) not in groups  # d is a grid run: sqrt has no own run at B = 4
+  # "tuned" compares learning rates, whichever rule named them: d and e share lr0 / 2.
+  assert groups[("tuned", 4)] == ["d", "e"]
+  csv_path = report_writer.write_report(report, sweep_dir)["md"].replace("report.md", "runs.csv")
+  with open(csv_path) as f:
+    header, *lines = f.read().splitlines()
+  row = dict(zip(header.split(","), next(line for line in lines if line.startswith("d,")).split(",")))
+  assert row["lr_rule"] == "sqrt" and float(row["lr_multiplier"]) == pytest.approx(2 ** -0.5)
+
+
 def test_profile_throughput_replaces_run_clocks(sweep_dir):
   profile = {"batches": [
       {"batch_size": b, "responses_per_s": b / t,
