@@ -165,20 +165,23 @@ def target_figure(report, out_dir) -> str:
 
 
 def gns_figure(report, out_dir) -> str:
-  """Figure 5: B_simple per evaluation interval of each run, with the batch sizes tried."""
-  fig, ax = plt.subplots(figsize=(6.5, 4.5))
+  """Figure 5: B_simple per evaluation interval of each run, with the batch sizes tried. When no
+  run gives B_simple, the figure says why in words (report["gns"]["note"]) and draws no axes."""
   gns = report["gns"]
+  if not gns["available"]:
+    fig = plt.figure(figsize=(6.5, 2.5))
+    fig.text(0.5, 0.5, "B_simple not estimated: " + textwrap.fill(gns["note"], 80), ha="center",
+             va="center", fontsize=9, wrap=True)
+    fig.suptitle(f"{report['sweep']}: gradient noise scale B_simple")
+    return _save(fig, out_dir, "fig5_noise_scale.png")
+  fig, ax = plt.subplots(figsize=(6.5, 4.5))
   batches = sorted({r["batch_size"] for r in report["runs"]})
   colors = _colors(batches)
-  if gns["available"]:
-    for name, entry in gns["per_run"].items():
-      pts = [(p["samples"], p["b_simple"]) for p in entry["intervals"] if p["b_simple"]]
-      if pts:
-        ax.plot(*zip(*pts), color=colors[entry["batch_size"]], alpha=0.6, lw=1)
-    ax.set_yscale("log")
-  else:
-    ax.text(0.5, 0.5, "B_simple not available:\n" + textwrap.fill(gns["note"], 60), ha="center",
-            va="center", transform=ax.transAxes, fontsize=8)
+  for entry in gns["per_run"].values():
+    pts = [(p["samples"], p["b_simple"]) for p in entry["intervals"] if p["b_simple"]]
+    if pts:
+      ax.plot(*zip(*pts), color=colors[entry["batch_size"]], alpha=0.6, lw=1)
+  ax.set_yscale("log")
   for b in batches:
     ax.axhline(b, color=colors[b], ls="--", lw=0.8, label=f"B={b} tried")
   ax.set_xlabel("responses consumed")

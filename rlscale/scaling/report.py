@@ -553,9 +553,26 @@ def _gns(runs: Sequence[RunData]) -> dict:
       break
   if not per_run:
     return {"available": False, "per_run": {}, "b_simple_median": None,
-            "note": "no run logs gradient norms at two batch sizes (one device needs "
-                    "rl.microbatches >= 2 and an update step that logs the microbatch norms); "
-                    "B_simple not estimated"}
+            "note": _gns_missing_note(runs)}
   return {"available": True, "keys": list(used), "per_run": per_run,
           "b_simple_median": float(np.median(finals)) if finals else None,
           "note": "median over runs of each run's median B_simple over its second half"}
+
+
+def _gns_missing_note(runs: Sequence[RunData]) -> str:
+  """Why no run gives B_simple, in words: no run logged the microbatch GNS metrics (runs that
+  predate them log at most the per-device norms, one batch size on one device), or they were
+  logged at one batch size (rl.microbatches = 1 on one device)."""
+  first = [next((r for r in run.records if r.get("step", 0) > 0), {}) for run in runs]
+  small, big = GNS_KEYS[0][2], GNS_KEYS[0][3]
+  logged = [rec for rec in first if all(k in rec for k in GNS_KEYS[0])]
+  if logged:
+    sizes = sorted({int(rec[small]) for rec in logged if rec[small] >= rec[big]})
+    return (f"the runs logged the GNS metrics at one batch size only (B_small = B_big = "
+            f"{', '.join(map(str, sizes))} responses: rl.microbatches = 1 on one device); rerun "
+            "with rl.microbatches >= 2 to estimate B_simple")
+  older = any(all(k in rec for k in GNS_KEYS[1]) for rec in first)
+  return ("no run logged GNS metrics (" + ", ".join(GNS_KEYS[0]) + "); "
+          + ("the runs predate them: they log only the per-device norms (train/grad_sq_norm_local, "
+             "train/grad_sq_norm_global), one batch size on one device; runs made since with "
+             "rl.microbatches >= 2 log them" if older else "runs with rl.microbatches >= 2 log them"))

@@ -154,7 +154,7 @@ def markdown(report, figure_paths) -> str:
   gns = report["gns"]
   lines += ["", "## Gradient noise scale", "",
             (f"B_simple (median over runs): {_fmt(gns['b_simple_median'])} responses, from "
-             f"{gns['keys']}." if gns["available"] else f"Not available: {gns['note']}."), "",
+             f"{gns['keys']}." if gns["available"] else f"B_simple not estimated: {gns['note']}."), "",
             "## Figures", ""]
   lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in figure_paths]
   lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |",

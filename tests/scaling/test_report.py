@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from rlscale.scaling import figures
 from rlscale.scaling import report as report_lib
 from rlscale.scaling import report_writer
 
@@ -211,13 +212,46 @@ def test_noise_scale_from_logged_parts(tmp_path):
                                               {"samples": 128, "b_simple": pytest.approx(16.0)}]
 
 
-def test_noise_scale_absent_with_equal_batches(tmp_path):
+def _figures_drawn(monkeypatch):
+  """{file name: matplotlib Figure} of every figure write_report saves."""
+  drawn = {}
+  real_save = figures._save
+  def save(fig, out_dir, name):
+    drawn[name] = fig
+    return real_save(fig, out_dir, name)
+  monkeypatch.setattr(figures, "_save", save)
+  return drawn
+
+
+def test_runs_before_the_microbatch_gns_metrics_are_said_in_words(tmp_path, monkeypatch):
+  # As the committed batch_lr runs: only the older per-device norms, equal batches on one device.
   parts = {"train/grad_sq_norm_local": 6.0, "train/grad_sq_norm_global": 6.0,
            "train/gns_batch_local": 32.0, "train/gns_batch_global": 32.0}
   write_run(str(tmp_path), "a", prompts=16, group=2, lr_scaling="none", seed=0, budget=64,
             evals={0: 0.1, 64: 0.3}, step_seconds=(1.0, 0.0, 1.0), extra=parts)
+  report = report_lib.build_report(str(tmp_path), target=0.25, window=1)
+  gns = report["gns"]
+  assert not gns["available"]
+  assert gns["note"].startswith("no run logged GNS metrics (train/gns_grad_sq_small, ")
+  assert "the runs predate them" in gns["note"] and "rl.microbatches >= 2" in gns["note"]
+  drawn = _figures_drawn(monkeypatch)
+  paths = report_writer.write_report(report, str(tmp_path))
+  assert f"B_simple not estimated: {gns['note']}." in open(paths["md"]).read()
+  fig5 = drawn["fig5_noise_scale.png"]
+  assert fig5.axes == []  # words only, no empty axis
+  assert any("the runs predate them" in t.get_text().replace("\n", " ") for t in fig5.texts)
+
+
+def test_noise_scale_logged_at_one_batch_size(tmp_path):
+  # Microbatch metrics with rl.microbatches = 1: B_small = B_big = 32, no estimate.
+  parts = {"train/gns_grad_sq_small": 6.0, "train/gns_grad_sq_big": 6.0,
+           "train/gns_batch_small": 32.0, "train/gns_batch_big": 32.0}
+  write_run(str(tmp_path), "a", prompts=16, group=2, lr_scaling="none", seed=0, budget=64,
+            evals={0: 0.1, 64: 0.3}, step_seconds=(1.0, 0.0, 1.0), extra=parts)
   gns = report_lib.build_report(str(tmp_path), target=0.25, window=1)["gns"]
-  assert not gns["available"] and "microbatches >= 2" in gns["note"]
+  assert not gns["available"]
+  assert gns["note"].startswith("the runs logged the GNS metrics at one batch size only "
+                                "(B_small = B_big = 32 responses")
 
 
 def test_errors_name_the_problem(tmp_path, sweep_dir):
