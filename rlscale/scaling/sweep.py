@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from rlscale.runner.config_files import flatten_config, import_python_file
 from rlscale.scaling import hyper
+from rlscale.scaling import pinned
 
 RUNS_DIR = "runs"
 SFT_DIR = "sft"
@@ -279,7 +280,8 @@ def thread_env(threads: int) -> dict[str, str]:
 
   XLA:CPU sizes its own thread pools from the process's CPU affinity (a process pinned to 1 core
   starts 13 threads instead of 17 here, and XLA_FLAGS has no thread-count option), so the cores
-  themselves are assigned by `core_sets` + sched_setaffinity; these variables cover the rest."""
+  themselves are assigned by `core_sets` and pinned by the child (rlscale.scaling.pinned); these
+  variables cover the rest."""
   env = dict(os.environ)
   for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     env[var] = str(threads)
@@ -350,10 +352,20 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   return record
 
 
+def start_run_process(argv: Sequence[str], cores: Sequence[int], log_path: str):
+  """Starts `argv` (`[python, "-m", module, ...]`) as a process pinned to `cores` with thread
+  pools sized to them (`thread_env`), stdout and stderr appended to `log_path`; returns
+  (Popen, the open log file). The child pins itself (rlscale.scaling.pinned) so that this process,
+  which may have JAX's threads running, is never forked: no `preexec_fn`."""
+  out = open(log_path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+  proc = subprocess.Popen(pinned.command(argv, cores), stdout=out, stderr=subprocess.STDOUT,
+                          env=thread_env(len(cores)))
+  return proc, out
+
+
 def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, record, progress, log):
   """The process pool of `execute` (parallel > 1)."""
   slots = core_sets(parallel)
-  threads = len(slots[0])
   queue = list(todo)
   active: dict[int, tuple[subprocess.Popen, Run, float, Any]] = {}
   try:
@@ -364,12 +376,9 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
         run = queue.pop(0)
         run_dir = os.path.join(workdir, RUNS_DIR, run.name)
         os.makedirs(run_dir, exist_ok=True)
-        out = open(os.path.join(run_dir, RUN_LOG), "a", encoding="utf-8")
         argv = run_command(run, sweep_spec, workdir, cli_overrides)
-        cores = slots[slot]
         progress.started(run, [run] + queue + [a[1] for a in active.values()])
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=thread_env(threads),
-                                preexec_fn=lambda cores=cores: os.sched_setaffinity(0, cores))
+        proc, out = start_run_process(argv, slots[slot], os.path.join(run_dir, RUN_LOG))
         record.set(run.name, status="running", command=shell_command(argv))
         active[slot] = (proc, run, time.perf_counter(), out)
       time.sleep(0.5)

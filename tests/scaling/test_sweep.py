@@ -3,9 +3,12 @@
 import os
 import subprocess
 import sys
+import warnings
 
+import jax
 import pytest
 
+from rlscale.scaling import pinned
 from rlscale.scaling import sweep
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -120,3 +123,36 @@ def test_workdir_that_is_a_file_is_named(tmp_path):
   assert out.returncode == 2
   assert out.stderr == (f"error: --workdir={str(path)!r} is a file; it must be a directory "
                         "(created when missing)\n")
+
+
+def test_run_process_pins_itself_and_the_parent_never_forks(tmp_path, monkeypatch):
+  # The parent has JAX's threads running (as after a sweep's warm start): a fork would make JAX
+  # warn "os.fork() was called ...". The child reports its affinity and thread variables.
+  jax.devices()
+  (tmp_path / "show_affinity.py").write_text(
+      "import os, sys\n"
+      "print(sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'], sys.argv[1:])\n"
+      "raise SystemExit(3)\n")
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+  core = min(os.sched_getaffinity(0))
+  log = tmp_path / "log.txt"
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    proc, out = sweep.start_run_process([sys.executable, "-m", "show_affinity", "--x=1"], [core],
+                                        str(log))
+    proc.wait(timeout=60)
+    out.close()
+  assert not [w for w in caught if "fork" in str(w.message)], [str(w.message) for w in caught]
+  assert proc.returncode == 3  # the module's exit status is the process's
+  assert log.read_text().strip() == f"[{core}] 1 ['--x=1']"
+
+
+def test_pinned_command_and_bad_cores():
+  argv = pinned.command([sys.executable, "-m", "rlscale.main", "--workdir=w"], [0, 2])
+  assert argv == [sys.executable, "-m", "rlscale.scaling.pinned", "--cores=0,2", "rlscale.main",
+                  "--workdir=w"]
+  with pytest.raises(ValueError, match="--cores='0,x' must be comma-separated CPU ids"):
+    pinned.parse_cores("0,x")
+  with pytest.raises(ValueError, match="expected \\[python, '-m', module"):
+    pinned.command(["python", "script.py"], [0])
+
