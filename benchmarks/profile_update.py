@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import load_average, machine_info
 from benchmarks.update_step import PROMPT_LEN, RESPONSE_LEN, make_batch
 from experiments.configs.default import get_config
+from rlscale import outputs
 from rlscale.model.config import ModelConfig
 from rlscale.model.transformer import init_params
 from rlscale.rl.presets import resolve_rl_config
@@ -113,9 +114,7 @@ def main(argv=None) -> dict:
       "top_ops": {k: v / args.steps for k, v in collections.Counter(ops).most_common(30)},
       "load_average": [load, load_average()], "machine": machine_info(),
   }
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "update_profile.json"), "w", encoding="utf-8") as f:
-    json.dump(report, f, indent=2)
+  outputs.write_json(os.path.join(args.out, "update_profile.json"), report, indent=2)
   print(f"{args.tokens} tokens/step, {wall:.3f} s wall per step, op time {total:.3f} s (summed "
         f"over threads); load {load}")
   for name, value in report["categories"].items():

@@ -63,6 +63,7 @@ sys.path.insert(0, ROOT)
 from benchmarks.common import (MODEL_FIELDS, add_model_args, load_average, machine_info,
                                model_config_from_args)
 from experiments.configs.default import get_config
+from rlscale import outputs
 from rlscale.model import ModelConfig, init_params, save_hf_checkpoint
 from rlscale.runner import builders
 from rlscale.runner import loop
@@ -379,9 +380,7 @@ def main(argv=None) -> dict:
       "peak_rss_mib": peak_rss_mib(),
       "quick": args.quick,
   }
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "rl_step.json"), "w", encoding="utf-8") as f:
-    json.dump(report, f, indent=2)
+  outputs.write_json(os.path.join(args.out, "rl_step.json"), report, indent=2)
   line = f"rlscale {rl['seconds_per_step']:.3f} s/step " + json.dumps(
       {k: round(v, 3) for k, v in rl["splits"].items()})
   if trl_best:

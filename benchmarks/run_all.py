@@ -31,6 +31,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from rlscale import outputs  # noqa: E402  pylint: disable=wrong-import-position
+
 BENCHMARKS = ("sampler", "update_step", "verifier", "rl_step")
 QUICK_ARGS = {
     "sampler": ["--quick", "--generators", "rlscale_cache,rlscale_cache_grouped_g8,transformers"],
@@ -240,11 +243,9 @@ def main(argv=None) -> int:
                                  (QUICK_ARGS[name] if args.quick else []) + extra.get(name, []),
                                  lambda line: print(line, flush=True))
   results = summarize(args.out, runs, args.quick)
-  with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-    json.dump(results, f, indent=2)
+  outputs.write_json(os.path.join(args.out, "results.json"), results, indent=2)
   table = markdown(results)
-  with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-    f.write(table)
+  outputs.write_atomic(os.path.join(args.out, "results.md"), table)
   print(table, flush=True)
   failed = [n for n, r in runs.items() if r["returncode"]]
   for name in failed:

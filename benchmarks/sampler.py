@@ -61,6 +61,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import machine_info  # noqa: E402
+from rlscale import outputs  # noqa: E402
 from rlscale.model import ModelConfig, forward, load_hf_checkpoint  # noqa: E402
 from rlscale.sampler import SamplingConfig, Sampler, sample_token  # noqa: E402
 
@@ -306,9 +307,7 @@ def main(argv=None):
       "quick": args.quick,
       "machine": {**machine_info(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
   }
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "sampler.json"), "w", encoding="utf-8") as f:
-    json.dump(report, f, indent=2)
+  outputs.write_json(os.path.join(args.out, "sampler.json"), report, indent=2)
   print(json.dumps({k: report[k] for k in ("ratios", "goals", "roofline_tokens_per_s",
                                            "generation_mfu")}, indent=2))
   return report

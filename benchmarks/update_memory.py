@@ -31,6 +31,7 @@ import jax
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.configs.default import get_config  # noqa: E402
+from rlscale import outputs  # noqa: E402
 from rlscale.model.config import ModelConfig  # noqa: E402
 from rlscale.rl.presets import resolve_rl_config  # noqa: E402
 from rlscale.train.memory import update_step_memory  # noqa: E402
@@ -71,15 +72,13 @@ def main() -> None:
              "compile_seconds": round(time.perf_counter() - start, 1)}
       print(json.dumps(row), flush=True)
       results.append(row)
-  os.makedirs(args.out, exist_ok=True)
   out = {"model": "Qwen3-0.6B shape", "layers": args.layers, "rows": args.rows,
          "prompt_len": args.prompt_len, "response_len": args.response_len,
          "algorithm": "grpo", "params_dtype": "float32", "backend": jax.default_backend(),
          "jax": jax.__version__, "results": results,
          "before": {"commit": "cb7ab42", "temp_gib": 86.4, "argument_gib": 6.66,
                     "issue_13_quote_temp_gib": 81.6}}
-  with open(os.path.join(args.out, "update_memory.json"), "w") as f:
-    json.dump(out, f, indent=2)
+  outputs.write_json(os.path.join(args.out, "update_memory.json"), out, indent=2)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import (MODEL_FIELDS, add_model_args, machine_info,  # noqa: E402
                                model_config_from_args)
 from experiments.configs.default import get_config  # noqa: E402
+from rlscale import outputs  # noqa: E402
 from rlscale.model.config import ModelConfig  # noqa: E402
 from rlscale.model.transformer import init_params  # noqa: E402
 from rlscale.rl.presets import resolve_rl_config  # noqa: E402
@@ -190,9 +191,7 @@ def main(argv=None) -> dict:
       "model": {**{f: getattr(model_config, f) for f in MODEL_FIELDS}, "dtype": args.dtype},
       "quick": args.quick,
   }
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "update_step.json"), "w", encoding="utf-8") as f:
-    json.dump(report, f, indent=2)
+  outputs.write_json(os.path.join(args.out, "update_step.json"), report, indent=2)
   print(json.dumps({k: report[k] for k in ("tokens_per_s", "mfu", "mfu_cpu_time", "matmul_flops",
                                             "compiles_after_warmup")}, indent=2))
   return report

@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position (after the sys.path line)
+from rlscale import outputs
 from rlscale.tasks import arithmetic
 from rlscale.tasks import reasoning_gym_source
 from rlscale.tasks import rewards
@@ -149,10 +150,7 @@ def main():
   result["cli"] = {"fast_path_wall_seconds": round(cli_fast, 3), "output": json.loads(out),
                    "sympy_wall_seconds": round(time.perf_counter() - start, 3),
                    "sympy_output": json.loads(out_sympy)}
-  os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-  with open(out_path, "w") as f:
-    json.dump(result, f, indent=2)
-    f.write("\n")
+  outputs.write_atomic(out_path, json.dumps(result, indent=2) + "\n")
   print(json.dumps(result, indent=2))
 
 

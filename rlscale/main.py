@@ -1,7 +1,9 @@
 """Command-line entry point: `python -m rlscale.main --config=<file.py>[:arg] --workdir=<dir>`.
 
-Any config field can be overridden, e.g. `--config.rl.prompts_per_step=16`. This module only parses
-flags; the work is done by `rlscale.runner.loop.train_and_evaluate`, which Colab imports too.
+Any config field can be overridden, e.g. `--config.rl.prompts_per_step=16`; every field is
+described (meaning, units, allowed values) by the comments in experiments/configs/default.py,
+which every other config starts from. This module only parses flags; the work is done by
+`rlscale.runner.loop.train_and_evaluate`, which Colab imports too.
 
 A config or input error (unknown field, invalid value, missing file) prints one line
 `error: <message>` on stderr and exits with status 2; `--verbose` (or RLSCALE_VERBOSE=1) shows the
@@ -14,10 +16,11 @@ from absl import logging
 from ml_collections import config_flags
 
 from rlscale import cli
+from rlscale.runner.config_files import FIELDS_HINT
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Path to an ml_collections config file (optionally `path:arg`).",
-    lock_config=True)
+    "config", None, "Path to an ml_collections config file (optionally `path:arg`); override a "
+    f"field with --config.<field>=<value> ({FIELDS_HINT}).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: metrics, checkpoints, plots.")
 flags.DEFINE_bool("verbose", False, "Show the traceback of config and input errors too "
                   f"(also: {cli.VERBOSE_ENV}=1).")

@@ -5,7 +5,8 @@
 
 `--config` is a sweep file (`get_config(arg)` base config, `get_sweep(arg)` runs); `--config.X=...`
 overrides the base for every run. Runs go to DIR/runs/<name>, their shared warm start to DIR/sft,
-statuses and errors to DIR/sweep.json. `--list` prints one shell command per run (for a job-array
+statuses and errors to DIR/sweep.json (a run that fails before writing results leaves no
+DIR/runs/<name>). `--list` prints one shell command per run (for a job-array
 scheduler) and runs nothing; `--shard=i/n` runs every n-th run from i. The exit status is the
 number of failed runs (2 with one `error:` line for bad input). The work is done by
 `rlscale.scaling.sweep`, which a notebook can import too.
@@ -19,9 +20,12 @@ from absl import logging
 from ml_collections import config_flags
 
 from rlscale import cli
+from rlscale.runner.config_files import FIELDS_HINT
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Sweep file (get_config + get_sweep), optionally `path:arg`.", lock_config=True)
+    "config", None, "Sweep file (get_config + get_sweep), optionally `path:arg`; "
+    f"--config.<field>=<value> overrides the base config of every run ({FIELDS_HINT}).",
+    lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: runs/, sft/, sweep.json.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time (separate processes when > 1, "
                                  "each pinned to its share of the cores).")

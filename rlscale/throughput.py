@@ -14,10 +14,11 @@ from absl import logging
 from ml_collections import config_flags
 
 from rlscale import cli
+from rlscale.runner.config_files import FIELDS_HINT
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Run config or sweep file (its get_config), optionally `path:arg`.",
-    lock_config=True)
+    "config", None, "Run config or sweep file (its get_config), optionally `path:arg`; "
+    f"override a field with --config.<field>=<value> ({FIELDS_HINT}).", lock_config=True)
 _PROMPTS = flags.DEFINE_list("prompts_per_step", "8,16,32,64,128", "Prompts per step to measure.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (throughput.json, throughput.png).")
 _WARMUP = flags.DEFINE_integer("warmup", 2, "Steps per batch holding the compilations (not timed).")

@@ -69,6 +69,7 @@ def test_validation_and_missing_files_are_one_line(tmp_path):
   assert _error_lines(result.stderr) == [
       "error: rl.algorithm='foo' is not one of "
       "['dapo', 'dr_grpo', 'grpo', 'ppo', 'reinforce_pp', 'rloo']"]
+  assert os.listdir(tmp_path) == []  # the failed run left no workdir (see below)
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -79,3 +80,61 @@ def test_verbose_shows_the_traceback(tmp_path, how):
   assert result.returncode == 2
   assert "Traceback (most recent call last)" in result.stderr
   assert result.stderr.rstrip().splitlines()[-1].startswith("error: unknown config field")
+
+
+def _local_math_config(tmp_path):
+  """A config file: the default smoke run on a local JSONL (task.data_path set per test)."""
+  path = tmp_path / "local_math_config.py"
+  path.write_text(
+      "from rlscale.runner.config_files import load_config_file\n"
+      "def get_config(arg=None):\n"
+      f"  config = load_config_file({os.path.join(REPO, DEFAULT)!r}, 'smoke')\n"
+      "  config.task.source = 'local_math'\n"
+      "  config.task.kwargs = {}\n"
+      "  return config\n")
+  return str(path)
+
+
+def _tree(root):
+  return sorted(os.path.relpath(os.path.join(d, n), root)
+                for d, dirs, files in os.walk(root) for n in dirs + files)
+
+
+def _failing_runs(tmp_path):
+  """(args, error text) of runs that fail during setup (a bad config value is in
+  test_validation_and_missing_files_are_one_line): a bad data file (its prepared-data cache
+  folder must not be left either), a missing checkpoint."""
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"question": "q", "answer": 1}\n{"q": 1}\n')
+  return [
+      ([f"--config={_local_math_config(tmp_path)}", f"--config.task.data_path={bad}",
+        f"--config.task.data_dir={tmp_path / 'cache'}"], "bad.jsonl:2: expected GSM8K-style"),
+      ([f"--config={DEFAULT}", "--config.model.source=hf",
+        f"--config.model.checkpoint_path={tmp_path / 'no_checkpoint'}"],
+       "no_checkpoint' is not a directory"),
+  ]
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_a_run_failing_at_setup_leaves_no_workdir(tmp_path, case):
+  """Bad input fails the run before anything worth keeping exists: the workdir it created (and
+  the parent folders it created) are removed; the error is still one line."""
+  args, error = _failing_runs(tmp_path)[case]
+  before = _tree(tmp_path)
+  result = _run(*args, f"--workdir={tmp_path / 'new' / 'run'}")
+  assert result.returncode == 2, result.stderr
+  assert error in _error_lines(result.stderr)[0]
+  assert _tree(tmp_path) == before  # no new/, new/run, cache/
+
+
+def test_a_failed_run_leaves_an_existing_workdir_as_it_was(tmp_path):
+  workdir = tmp_path / "mine"
+  workdir.mkdir()
+  (workdir / "notes.txt").write_text("my notes")
+  (workdir / "sft").mkdir()
+  args, _ = _failing_runs(tmp_path)[0]
+  before = _tree(tmp_path)
+  result = _run(*args, f"--workdir={workdir}")
+  assert result.returncode == 2, result.stderr
+  assert _tree(tmp_path) == before
+  assert (workdir / "notes.txt").read_text() == "my notes"

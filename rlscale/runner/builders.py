@@ -30,6 +30,7 @@ from rlscale.train.optimizer import make_optimizer, scaled_learning_rate
 from rlscale.train.state import create_train_state, critic_params_from_policy
 
 MODEL_SOURCES = ("builtin", "hf")
+SFT_DIR = "sft"  # the warm-start cache inside a workdir when sft.cache_dir is unset
 DEFAULT_EVAL_SIZE = 256  # held-out prompts when task.eval_size and task.default_eval_size are None
 MODEL_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                 "head_dim", "param_dtype", "dtype")
@@ -247,7 +248,7 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   if config.model.source == "hf" or config.sft.steps == 0:
     return params, 0.0
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
-  cache_dir = config.sft.cache_dir or os.path.join(workdir, "sft")
+  cache_dir = config.sft.cache_dir or os.path.join(workdir, SFT_DIR)
   # remat changes memory, not the numbers: left out so caches made without it stay valid.
   model_fields = {k: v for k, v in dataclasses.asdict(model_config).items() if k != "remat"}
   key = sft.warm_start_key({"model": model_fields, "task": config.task.to_dict(),

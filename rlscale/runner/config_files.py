@@ -34,6 +34,12 @@ def sibling(config_file: str, name: str) -> str:
   return os.path.join(os.path.dirname(os.path.abspath(config_file)), name)
 
 
+# Where a user reads what each config field does: every config in experiments/configs starts from
+# default.py, which has a comment above each field (its meaning, units and allowed values). Named
+# by `--help` of the commands, the unknown-field error and the README.
+FIELDS_DOC = "experiments/configs/default.py"
+FIELDS_HINT = f"every field is described in {FIELDS_DOC}"
+
 # Names other RL libraries (and rlscale's own sampler) give to config fields, for the hint of an
 # unknown field. Keys match the end of a dotted path ("rollout.n" matches
 # "actor_rollout_ref.rollout.n"); values are (rlscale field, whose name it is, note or "").
@@ -124,7 +130,8 @@ def has_field(config, path: str) -> bool:
 def unknown_field_message(config, path: str) -> str:
   """The error message for a dotted field path that `config` does not have: the closest existing
   fields (difflib, on whole paths and on the last name) and, where other libraries name the
-  field so (FIELD_ALIASES), the rlscale field it corresponds to."""
+  field so (FIELD_ALIASES), the rlscale field it corresponds to; it ends with where the fields
+  are described (FIELDS_HINT)."""
   paths = field_paths(config)
   leaf = path.rsplit(".", 1)[-1]
   hints = []
@@ -145,7 +152,7 @@ def unknown_field_message(config, path: str) -> str:
     message += "; closest fields: " + ", ".join(suggestions)
   elif not hints:
     message += "; the config's top-level fields: " + ", ".join(config.keys())
-  return message
+  return f"{message}; {FIELDS_HINT}"
 
 
 def check_field_paths(config, paths) -> None:

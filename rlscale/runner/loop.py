@@ -28,6 +28,7 @@ import jax
 import numpy as np
 import tqdm
 
+from rlscale import outputs
 from rlscale.model import save_hf_checkpoint
 from rlscale.rl import dapo, masks
 from rlscale.rl.kl import kl_divergence
@@ -46,6 +47,9 @@ from rlscale.train.optimizer import clipping_threshold
 
 CONFIG_FILE = "config.json"
 POLICY_DIR = "policy"  # the final policy as a HF checkpoint
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
 WARM_START_FILE = "warm_start_seconds.json"  # written once by the first segment of a run
 # Fields that may change when resuming a run; any other change means a different experiment.
 RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_every",
@@ -61,7 +65,7 @@ def check_resume_config(workdir: str, config) -> None:
   Raises ValueError naming the changed fields unless only RESUMABLE_FIELDS differ from the
   workdir's config.json (written by the run that made the checkpoints)."""
   path = os.path.join(workdir, CONFIG_FILE)
-  checkpoints = os.path.join(workdir, "checkpoints")
+  checkpoints = os.path.join(workdir, CHECKPOINTS_DIR)
   if not (os.path.exists(path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
     return
   with open(path, encoding="utf-8") as f:
@@ -152,21 +156,45 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   Writes into workdir: config.json (resolved), metrics.jsonl, tensorboard/, checkpoints/,
   curves_vs_samples.png, curves_vs_wall_time.png, summary.json and policy/ (the final policy as a
   HF checkpoint, see `export_policy`).
+  A run that fails (an exception or Ctrl-C) before it has written results leaves no half-made
+  workdir: unless `holds_results(workdir)`, what the run added is removed, and the workdir itself
+  when the run created it (`rlscale.outputs.removed_on_failure`); a workdir that existed before
+  keeps what it held.
+
   Raises: ValueError for an invalid config (naming the field and the allowed values),
   FileNotFoundError for a missing checkpoint or data path.
   """
-  os.makedirs(workdir, exist_ok=True)
+  with outputs.removed_on_failure(workdir, keep=holds_results):
+    return _train_and_evaluate(config, workdir, stop_after_steps)
+
+
+def holds_results(workdir: str) -> bool:
+  """Whether a run directory holds something a failed run must not delete: a checkpoint, a
+  metrics record, summary.json, the exported policy, or a trained warm start in `<workdir>/sft`
+  (the SFT cache when sft.cache_dir is unset). config.json, an empty metrics.jsonl and
+  TensorBoard's event-file header are not results."""
+  def non_empty(*parts):
+    path = os.path.join(workdir, *parts)
+    return (os.path.isdir(path) and bool(os.listdir(path))) or (
+        os.path.isfile(path) and os.path.getsize(path) > 0)
+  sft = os.path.join(workdir, builders.SFT_DIR)
+  warm_starts = os.path.isdir(sft) and any(n.endswith(".msgpack") for n in os.listdir(sft))
+  return warm_starts or any(non_empty(p) for p in (CHECKPOINTS_DIR, METRICS_FILE, SUMMARY_FILE,
+                                                   POLICY_DIR))
+
+
+def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> dict[str, Any]:
   check_resume_config(workdir, config)
   run = builders.build_run(config, workdir)
   # Wall time counts from here: the (cached, shared) warm start is reported apart, so runs of a
   # sweep are comparable whether or not they trained the warm start themselves.
   clock = RunClock()
   rl = run.rl_config
-  with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
-    f.write(json.dumps({"config": config.to_dict(), "rl_resolved": rl.to_dict()},
-                       indent=2, sort_keys=True, default=str))
+  outputs.write_json(os.path.join(workdir, CONFIG_FILE),
+                     {"config": config.to_dict(), "rl_resolved": rl.to_dict()},
+                     indent=2, sort_keys=True, default=str)
 
-  checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
+  checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),
                               keep=config.train.keep_checkpoints)
   state = run.state
   step = 0
@@ -178,7 +206,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
     step, counters = int(meta["step"]), dict(meta["counters"])
     clock.resume(meta["phase_seconds"], meta["wall_seconds"])
     run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
-    summary_path = os.path.join(workdir, "summary.json")
+    summary_path = os.path.join(workdir, SUMMARY_FILE)
     if step >= run.total_steps and os.path.exists(summary_path):
       checkpointer.close()
       run.log(f"run already complete ({step} steps); results: {summary_path}")
@@ -187,8 +215,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
       if not os.path.isdir(os.path.join(workdir, POLICY_DIR)):  # finished before the export existed
         summary["policy"] = export_policy(workdir, run.export_config, host_state.params,
                                           run.tokenizer)
-        with open(summary_path, "w", encoding="utf-8") as f:
-          json.dump(summary, f, indent=2)
+        outputs.write_json(summary_path, summary, indent=2)
       return summary
   logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
 
@@ -201,7 +228,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
     run.log(f"warm start: held-out greedy accuracy {warm_eval['eval/greedy_accuracy']:.3f}, "
             f"pass@{config.eval.pass_k} {warm_eval['eval/pass_at_k']:.3f}")
     _save_warm_eval(workdir, warm_eval)
-    _write_json(os.path.join(workdir, WARM_START_FILE), {"seconds": run.warm_start_seconds})
+    outputs.write_json(os.path.join(workdir, WARM_START_FILE), {"seconds": run.warm_start_seconds})
   else:
     warm_eval = _load_warm_eval(workdir)
   # The first segment's model load + warm start seconds, whatever a resume's setup took.
@@ -470,11 +497,6 @@ def _out_of_rounds_warning(run, record, step) -> str:
           "sampling/out_of_rounds in metrics.jsonl; printed once")
 
 
-def _write_json(path, value):
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(value, f)
-
-
 def _read_json(path) -> dict:
   if not os.path.exists(path):
     return {}
@@ -483,7 +505,7 @@ def _read_json(path) -> dict:
 
 
 def _save_warm_eval(workdir, warm_eval):
-  _write_json(os.path.join(workdir, "warm_start_eval.json"), warm_eval)
+  outputs.write_json(os.path.join(workdir, "warm_start_eval.json"), warm_eval)
 
 
 def _load_warm_eval(workdir):
@@ -516,7 +538,7 @@ def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
 
 def _finish(workdir, run, params, warm_eval, step, counters, clock):
   policy = export_policy(workdir, run.export_config, params, run.tokenizer)
-  records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+  records = read_metrics(os.path.join(workdir, METRICS_FILE))
   plots = plot_curves(records, workdir, title=run.title, group_size=run.rl_config.group_size,
                       pass_k=run.evaluator.pass_k)
   final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
@@ -542,17 +564,16 @@ def _finish(workdir, run, params, warm_eval, step, counters, clock):
       "clipped_fraction": _mean_of(records, "optim/clipped"),
       "num_devices": run.num_devices,
       "plots": plots,
-      "metrics": os.path.join(workdir, "metrics.jsonl"),
+      "metrics": os.path.join(workdir, METRICS_FILE),
       "tensorboard": os.path.join(workdir, "tensorboard"),
       "policy": policy,
   }
-  with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=2)
+  outputs.write_json(os.path.join(workdir, SUMMARY_FILE), summary, indent=2)
   run.log(f"done: held-out greedy accuracy {summary['warm_start_accuracy']:.3f} (warm start) -> "
           f"{summary['final_accuracy']:.3f} (after {step} RL steps, "
           f"{summary['samples_consumed']} responses) in {summary['wall_seconds']:.0f} s "
           f"(+ {run.warm_start_seconds:.0f} s model load and warm start before the RL clock)")
-  run.log(f"results: {os.path.join(workdir, 'summary.json')}; curves: {plots['vs_samples']}, "
+  run.log(f"results: {os.path.join(workdir, SUMMARY_FILE)}; curves: {plots['vs_samples']}, "
           f"{plots['vs_wall_time']}; TensorBoard: tensorboard --logdir {summary['tensorboard']}; "
           f"final policy (HF format): {policy}")
   out_of_rounds = sum(int(r.get("sampling/out_of_rounds", 0)) for r in records)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from rlscale import outputs
 from rlscale.model import ModelConfig, forward
 from rlscale.train.state import init_optimizer_state
 
@@ -49,11 +50,9 @@ def warm_start_key(parts: dict) -> str:
 
 
 def save_params(path: str, params: Any) -> None:
-  """Atomic msgpack write (temp file + rename): a crash never leaves a torn file."""
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as f:
-    f.write(flax.serialization.msgpack_serialize(jax.tree.map(np.asarray, jax.device_get(params))))
-  os.replace(tmp, path)
+  """Atomic msgpack write (`outputs.write_atomic`): a crash never leaves a torn file."""
+  outputs.write_atomic(path, flax.serialization.msgpack_serialize(
+      jax.tree.map(np.asarray, jax.device_get(params))))
 
 
 def load_params(path: str) -> Any:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 
+from rlscale import outputs
 from rlscale.scaling import figures
 from rlscale.scaling import report as report_lib
 
@@ -166,27 +166,29 @@ def markdown(report, figure_paths) -> str:
 
 def write_report(report: dict, sweep_dir: str, out_dir: str | None = None) -> dict[str, str]:
   """Writes report.json, report.md, runs.csv, decisions.csv, groups.csv, invariance.csv and the
-  figures into out_dir (default sweep_dir); returns {what: path}."""
+  figures into out_dir (default sweep_dir); returns {what: path}.
+
+  All or nothing (`rlscale.outputs.staged_files`): the files are written into a temporary folder
+  and moved into out_dir only when every one was written, so a failure (e.g. in a figure) leaves
+  a previous report whole and a new out_dir absent."""
   out_dir = out_dir or sweep_dir
-  os.makedirs(out_dir, exist_ok=True)
   runs = {os.path.basename(d): report_lib.load_run(d) for d in report_lib.run_dirs(sweep_dir)}
-  figure_paths = figures.all_figures(report, runs, out_dir)
-  paths = {"json": os.path.join(out_dir, "report.json"), "md": os.path.join(out_dir, "report.md")}
-  with open(paths["json"], "w", encoding="utf-8") as f:
-    json.dump(_clean({**report, "figures": [os.path.basename(p) for p in figure_paths]}), f,
-              indent=2)
-  with open(paths["md"], "w", encoding="utf-8") as f:
-    f.write(markdown(report, figure_paths))
-  _write_csv(os.path.join(out_dir, "runs.csv"), report["runs"], RUN_COLUMNS)
-  _write_csv(os.path.join(out_dir, "decisions.csv"), report["decisions"], DECISION_COLUMNS)
-  _write_csv(os.path.join(out_dir, "groups.csv"), report["groups"],
-             ("rule", "batch_size", "learning_rate", "samples_to_target_mean", "censored_runs",
-              "censored",
-              "throughput_responses_per_s", "time_to_target_s", "measured_time_to_target_s",
-              "final_metric_mean"))
-  inv_rows = [{"rule": rule, "batch_size": b, "score": s, "reference_batch": e["reference_batch"]}
-              for rule, e in report["invariance"].items() for b, s in e["scores"].items()]
-  _write_csv(os.path.join(out_dir, "invariance.csv"), inv_rows,
-             ("rule", "batch_size", "reference_batch", "score"))
-  paths["figures"] = figure_paths
-  return paths
+  with outputs.staged_files(out_dir) as staging:
+    figure_names = [os.path.basename(p) for p in figures.all_figures(report, runs, staging)]
+    outputs.write_json(os.path.join(staging, "report.json"),
+                       _clean({**report, "figures": figure_names}), indent=2)
+    with open(os.path.join(staging, "report.md"), "w", encoding="utf-8") as f:
+      f.write(markdown(report, figure_names))
+    _write_csv(os.path.join(staging, "runs.csv"), report["runs"], RUN_COLUMNS)
+    _write_csv(os.path.join(staging, "decisions.csv"), report["decisions"], DECISION_COLUMNS)
+    _write_csv(os.path.join(staging, "groups.csv"), report["groups"],
+               ("rule", "batch_size", "learning_rate", "samples_to_target_mean", "censored_runs",
+                "censored",
+                "throughput_responses_per_s", "time_to_target_s", "measured_time_to_target_s",
+                "final_metric_mean"))
+    inv_rows = [{"rule": rule, "batch_size": b, "score": s, "reference_batch": e["reference_batch"]}
+                for rule, e in report["invariance"].items() for b, s in e["scores"].items()]
+    _write_csv(os.path.join(staging, "invariance.csv"), inv_rows,
+               ("rule", "batch_size", "reference_batch", "score"))
+  return {"json": os.path.join(out_dir, "report.json"), "md": os.path.join(out_dir, "report.md"),
+          "figures": [os.path.join(out_dir, name) for name in figure_names]}

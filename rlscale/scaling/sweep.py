@@ -7,7 +7,10 @@ with the same effective settings merged (e.g. at the reference batch lr_scaling 
 give the same learning rate), and every run pointed at one warm-start cache `<workdir>/sft`.
 `execute` trains the warm starts once, then the runs, in this process or as `parallel` separate
 processes; it skips finished runs (summary.json exists), resumes interrupted ones (the runner's
-checkpoints), records failures in `<workdir>/sweep.json` and carries on.
+checkpoints), records failures in `<workdir>/sweep.json` and carries on. A run that fails (or is
+stopped) before writing results leaves no run directory behind (the runner removes what it made;
+a run process's log tail goes into sweep.json), so the report and a rerun never meet a half-made
+one.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 import traceback
 from typing import Any, Callable, Sequence
 
+from rlscale import outputs
 from rlscale.runner.config_files import flatten_config, import_python_file
 from rlscale.scaling import hyper
 from rlscale.scaling import pinned
@@ -256,10 +261,7 @@ class SweepRecord:
 
   def write(self) -> None:
     data = {**self.meta, "failed": self.failed(), "runs": list(self.entries.values())}
-    tmp = self.path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-      json.dump(data, f, indent=2, default=str)
-    os.replace(tmp, self.path)
+    outputs.write_json(self.path, data, indent=2, default=str)
 
 
 def _run_in_process(run: Run, workdir: str) -> tuple[str, str | None]:
@@ -297,6 +299,23 @@ def core_sets(parallel: int, cores: Sequence[int] | None = None) -> list[list[in
   return [cores[i::parallel] for i in range(parallel)]
 
 
+def discard_unstarted(run_dir: str, lines: int = 40) -> str | None:
+  """Removes the directory of a run process that stopped before writing results (it holds only
+  its sweep_log.txt: the run removed its own half-made files, `rlscale.runner.loop.holds_results`
+  is False), so no half-made run directory is left for the report or a rerun. Returns the last
+  `lines` lines of the log, for sweep.json, or None when the directory holds results and stays."""
+  from rlscale.runner.loop import holds_results  # pylint: disable=g-import-not-at-top
+  if not os.path.isdir(run_dir) or holds_results(run_dir):
+    return None
+  try:
+    with open(os.path.join(run_dir, RUN_LOG), encoding="utf-8", errors="replace") as f:
+      tail = "".join(f.readlines()[-lines:])
+  except OSError:
+    tail = ""
+  shutil.rmtree(run_dir, ignore_errors=True)
+  return tail
+
+
 def _error_from_log(path: str) -> str:
   """The last informative line of a failed run's log (its `error:` line or exception)."""
   try:
@@ -318,8 +337,9 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   parallel == 1 runs them one after another in this process; parallel > 1 starts each as
   `python -m rlscale.main ...` (`run_command`) pinned to its share of the cores, at most
   `parallel` at a time, with its output in <workdir>/runs/<name>/sweep_log.txt. A failed run is
-  recorded with its error and the others continue. Ctrl-C stops the sweep (an in-process run
-  checkpoints first; rerunning resumes it)."""
+  recorded with its error and the others continue; when it stopped before writing results its
+  directory is removed and the log's last lines are kept in sweep.json (`log_tail`). Ctrl-C
+  stops the sweep (an in-process run checkpoints first; rerunning resumes it)."""
   os.makedirs(os.path.join(workdir, RUNS_DIR), exist_ok=True)
   record = SweepRecord(workdir, runs, meta or {}, shard)
   todo = []
@@ -392,8 +412,14 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
         # A run stopped by a signal checkpoints and exits 0 (or 130 before its first step).
         interrupted = proc.returncode in (0, 130) and not ok
         status = "done" if ok else ("interrupted" if interrupted else "failed")
-        error = None if ok else _error_from_log(os.path.join(workdir, RUNS_DIR, run.name, RUN_LOG))
-        record.set(run.name, status=status, seconds=seconds, error=error)
+        run_dir = os.path.join(workdir, RUNS_DIR, run.name)
+        fields = {"error": None}
+        if not ok:
+          fields["error"] = _error_from_log(os.path.join(run_dir, RUN_LOG))
+          log_tail = discard_unstarted(run_dir)
+          if log_tail is not None:
+            fields["log_tail"] = log_tail
+        record.set(run.name, status=status, seconds=seconds, **fields)
         progress.record(run, seconds, measured=ok)
         progress.finished(run, status, seconds, queue + [a[1] for a in active.values()])
   except KeyboardInterrupt:
@@ -402,6 +428,8 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
     for proc, run, _, out in active.values():
       proc.wait()
       out.close()
-      record.set(run.name, status="interrupted")
+      log_tail = discard_unstarted(os.path.join(workdir, RUNS_DIR, run.name))
+      record.set(run.name, status="interrupted",
+                 **({} if log_tail is None else {"log_tail": log_tail}))
     log("sweep: interrupted; run the same command again to resume")
     raise

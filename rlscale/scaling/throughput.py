@@ -18,7 +18,6 @@ beta * B) for the report's time-optimal batch.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import resource
@@ -28,11 +27,13 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from rlscale import outputs
 from rlscale.scaling import fits
 from rlscale.scaling import hyper
 
 # The phases of one RL step, as the runner's clock names them (rlscale.runner.timing.PARTS).
 PHASES = ("generation", "reward", "training")
+PROFILE_FILE = "throughput.json"
 
 
 def spread(values: Sequence[float]) -> dict[str, Any]:
@@ -124,10 +125,21 @@ def profile(config, prompts_per_step: Sequence[int], out_dir: str, *, warmup: in
             repeats: int = 5, name: str = "", log: Callable[[str], None] = print) -> dict[str, Any]:
   """Measures every batch (smallest first), fits, writes out_dir/throughput.json and
   throughput.png; returns the profile dict. The warm start is cached in config.sft.cache_dir,
-  else out_dir/sft."""
+  else out_dir/sft. A profile that fails before its throughput.json leaves out_dir as it was
+  (removed when it created it), except a trained warm start in out_dir/sft
+  (`rlscale.outputs.removed_on_failure`)."""
   if not prompts_per_step or any(p < 1 for p in prompts_per_step):
     raise ValueError(f"--prompts_per_step must list integers >= 1, got {list(prompts_per_step)}")
-  os.makedirs(out_dir, exist_ok=True)
+  from rlscale.runner.loop import holds_results  # pylint: disable=g-import-not-at-top
+
+  def measured(folder):  # a profile written, or a warm start trained
+    return os.path.isfile(os.path.join(folder, PROFILE_FILE)) or holds_results(folder)
+  with outputs.removed_on_failure(out_dir, keep=measured):
+    return _profile(config, prompts_per_step, out_dir, warmup=warmup, repeats=repeats, name=name,
+                    log=log)
+
+
+def _profile(config, prompts_per_step, out_dir, *, warmup, repeats, name, log) -> dict[str, Any]:
   t0 = time.perf_counter()
   rows = [measure_batch(config, p, out_dir, warmup=warmup, repeats=repeats, log=log)
           for p in sorted(set(prompts_per_step))]
@@ -137,8 +149,7 @@ def profile(config, prompts_per_step: Sequence[int], out_dir: str, *, warmup: in
       "machine": platform.processor() or platform.machine(),
       "batches": rows, "fits": fit_profile(rows), "seconds": time.perf_counter() - t0,
   }
-  with open(os.path.join(out_dir, "throughput.json"), "w", encoding="utf-8") as f:
-    json.dump(result, f, indent=2)
+  outputs.write_json(os.path.join(out_dir, PROFILE_FILE), result, indent=2)
   from rlscale.scaling import figures  # pylint: disable=g-import-not-at-top
   result["plot"] = figures.throughput_profile_figure(result, out_dir)
   return result

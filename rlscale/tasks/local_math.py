@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
+from rlscale import outputs
 from rlscale.tasks import base
 from rlscale.tasks import extract
 from rlscale.tasks import holdout
@@ -176,26 +177,6 @@ def default_data_dir() -> str:
   return os.path.join(root, "rlscale", "tfds")
 
 
-def _make_dirs(path: str) -> list[str]:
-  """`os.makedirs(path, exist_ok=True)`; returns the folders it created, outermost first."""
-  missing = []
-  while path and not os.path.isdir(path):
-    missing.append(path)
-    path = os.path.dirname(path)
-  for folder in reversed(missing):
-    os.makedirs(folder, exist_ok=True)
-  return missing[::-1]
-
-
-def _remove_empty(created: list[str]) -> None:
-  """Removes the folders `_make_dirs` created, innermost first, where they are still empty."""
-  for folder in reversed(created):
-    try:
-      os.rmdir(folder)
-    except OSError:
-      return  # not empty (another run uses it) or already gone
-
-
 class _TfdsChatter(logging.Filter):
   """Drops TFDS's warnings about our by-design choices ("Using custom data configuration",
   "Variant folder ... has no dataset_info.json" before the first build)."""
@@ -247,13 +228,13 @@ def _prepare(jsonl_path: str, holdout_fraction: float, data_dir: str,
   if builder.is_prepared():
     return builder
   log(f"Preparing {jsonl_path} once for reading (nothing is downloaded) into {builder.data_dir}")
-  created = _make_dirs(data_dir)
+  created = outputs.make_dirs(data_dir)
   target = builder.data_dir
   try:
     with tempfile.TemporaryDirectory(prefix=".building-", dir=data_dir) as staging:
       staged = LocalMathBuilder(data_dir=staging, **kwargs)
       staged.download_and_prepare()
-      created += _make_dirs(os.path.dirname(target))
+      created += outputs.make_dirs(os.path.dirname(target))
       try:
         os.rename(staged.data_dir, target)
       except OSError:
@@ -261,7 +242,7 @@ def _prepare(jsonl_path: str, holdout_fraction: float, data_dir: str,
           raise
         # Another run finished the same build first; its copy is equal to ours.
   except BaseException:
-    _remove_empty(created)
+    outputs.remove_empty_dirs(created)
     raise
   return LocalMathBuilder(data_dir=data_dir, **kwargs)
 

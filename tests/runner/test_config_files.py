@@ -42,7 +42,8 @@ def test_field_paths_and_has_field():
      "sft"),
 ])
 def test_unknown_field_message(path, message):
-  assert config_files.unknown_field_message(_config(), path) == message
+  assert config_files.unknown_field_message(_config(), path) == (
+      f"{message}; every field is described in experiments/configs/default.py")
 
 
 def test_aliases_name_existing_fields():

@@ -10,7 +10,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from rlscale.model import load_hf_checkpoint
-from rlscale.runner.loop import clip_fired, group_stats, train_and_evaluate
+from rlscale.runner import builders
+from rlscale.runner import loop
+from rlscale.runner.loop import clip_fired, group_stats, holds_results, train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
 from tests.runner.runner_configs import comparable, tiny_config
 
@@ -222,3 +224,82 @@ def test_other_algorithms_run_end_to_end(tmp_path, sft_cache, algorithm, extra):
   # float32: the sampler's and the trainer's log-probs agree (recomputed for DAPO, from the
   # update's first pass for PPO).
   assert all(0 <= r["train/sampler_trainer_k3"] < 1e-5 for r in records[1:])
+
+
+def _tree(root):
+  return sorted(os.path.relpath(os.path.join(d, n), root)
+                for d, dirs, files in os.walk(root) for n in dirs + files)
+
+
+def _failing_warm_start_evaluation(monkeypatch, exc):
+  """build_run as usual, but the warm start's evaluation (after config.json, checkpoints/,
+  metrics.jsonl and tensorboard/ exist) raises `exc`."""
+  build_run = builders.build_run
+
+  def build(*args, **kwargs):
+    run = build_run(*args, **kwargs)
+    def evaluator(*unused):
+      raise exc
+    run.evaluator = evaluator
+    return run
+  monkeypatch.setattr(builders, "build_run", build)
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("evaluation crashed"), KeyboardInterrupt()])
+def test_a_run_failing_before_results_leaves_nothing_it_made(tmp_path, sft_cache, monkeypatch,
+                                                             exc):
+  _failing_warm_start_evaluation(monkeypatch, exc)
+  config = tiny_config(sft__cache_dir=sft_cache)
+  with pytest.raises(type(exc)):
+    train_and_evaluate(config, str(tmp_path / "runs" / "new"))
+  assert os.listdir(tmp_path) == []  # neither the workdir nor runs/ it created
+  mine = tmp_path / "mine"  # a workdir that existed keeps what it held, and only that
+  mine.mkdir()
+  (mine / "notes.txt").write_text("my notes")
+  with pytest.raises(type(exc)):
+    train_and_evaluate(config, str(mine))
+  assert _tree(mine) == ["notes.txt"]
+
+
+def test_a_run_failing_after_a_checkpoint_keeps_it_and_resumes(full_run, tmp_path, sft_cache,
+                                                               monkeypatch):
+  workdir = str(tmp_path / "run")
+  rl_step = loop._rl_step
+  calls = []
+
+  def crash_at_step_3(*args):
+    calls.append(1)
+    if len(calls) == 3:
+      raise RuntimeError("crash in step 3")
+    return rl_step(*args)
+  monkeypatch.setattr(loop, "_rl_step", crash_at_step_3)
+  config = tiny_config(sft__cache_dir=sft_cache)  # checkpoint every 2 steps
+  with pytest.raises(RuntimeError, match="crash in step 3"):
+    train_and_evaluate(config, workdir)
+  assert os.listdir(os.path.join(workdir, "checkpoints")) == ["2"]
+  assert [r["step"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2]
+  monkeypatch.setattr(loop, "_rl_step", rl_step)
+  assert train_and_evaluate(config, workdir)["steps"] == 4  # resumed from step 2
+  assert (comparable(read_metrics(os.path.join(workdir, "metrics.jsonl"))) ==
+          comparable(read_metrics(os.path.join(full_run[0], "metrics.jsonl"))))
+
+
+def test_holds_results(tmp_path):
+  def holds(*files):
+    work = tmp_path / str(len(list(tmp_path.iterdir())))
+    for name, content in files:
+      os.makedirs(os.path.dirname(work / name), exist_ok=True)
+      if content is None:
+        (work / name).mkdir()
+      else:
+        (work / name).write_text(content)
+    return holds_results(str(work))
+  # What a run writes before its first result is not worth keeping ...
+  assert not holds(("config.json", "{}"), ("metrics.jsonl", ""), ("checkpoints", None),
+                   ("tensorboard/events.out", "header"), ("sft/warm_start_x.msgpack.tmp", "part"))
+  # ... a checkpoint, a metrics record, a summary, the policy or a trained warm start is.
+  assert holds(("checkpoints/2/state", "x"))
+  assert holds(("metrics.jsonl", '{"step": 0}\n'))
+  assert holds(("summary.json", "{}"))
+  assert holds(("policy/config.json", "{}"))
+  assert holds(("sft/warm_start_x.msgpack", "params"))

@@ -100,10 +100,11 @@ def test_other_sweep_files_smoke(tmp_path, sweep_file, parallel, runs):
   assert len(report["runs"]) == runs
 
 
-def test_a_failed_run_is_recorded_and_the_others_continue(tmp_path):
+def _failing_sweep(tmp_path, runs, *flags):
+  """Runs `python -m rlscale.sweep` (exit status 1 expected) on batch_lr.py:smoke with a budget of
+  8 responses and the given runs; returns (sweep dir, sweep.json's entries by name)."""
   sweep_file = tmp_path / "failing.py"
   sweep_file.write_text(
-      "import os\n"
       "from rlscale.scaling.sweep import load_sweep_module\n"
       f"BASE = load_sweep_module({os.path.abspath(os.path.join(ROOT, 'experiments', 'sweeps', 'batch_lr.py'))!r})\n"
       "def get_config(arg=None):\n"
@@ -112,17 +113,34 @@ def test_a_failed_run_is_recorded_and_the_others_continue(tmp_path):
       "  config.train.eval_every_samples = 8\n"
       "  return config\n"
       "def get_sweep(arg=None):\n"
-      "  return [{'rl.loss_agg_mode': 'bogus'}, {'seed': 0}]\n")
+      f"  return {runs!r}\n")
   sweep_dir = str(tmp_path / "sweep")
   out = subprocess.run([sys.executable, "-m", "rlscale.sweep", f"--config={sweep_file}",
-                        f"--workdir={sweep_dir}"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
+                        f"--workdir={sweep_dir}", *flags], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
   assert out.returncode == 1, out.stderr[-3000:]  # exit status = failed runs
   with open(os.path.join(sweep_dir, "sweep.json")) as f:
-    statuses = {r["name"]: r for r in json.load(f)["runs"]}
+    return sweep_dir, {r["name"]: r for r in json.load(f)["runs"]}
+
+
+def test_a_failed_run_is_recorded_and_the_others_continue(tmp_path):
+  sweep_dir, statuses = _failing_sweep(tmp_path, [{"rl.loss_agg_mode": "bogus"}, {"seed": 0}])
   assert statuses["loss_agg_mode=bogus"]["status"] == "failed"
   assert "bogus" in statuses["loss_agg_mode=bogus"]["error"]
   assert statuses["seed=0"]["status"] == "done"
+  # The run that failed at setup left no run directory (the failure is in sweep.json).
+  assert sorted(os.listdir(os.path.join(sweep_dir, "runs"))) == ["seed=0"]
+
+
+def test_a_run_process_failing_at_setup_leaves_no_run_directory(tmp_path):
+  """--parallel runs each run as a process logging into its run directory: when it fails before
+  writing results, the directory goes and the log's end is kept in sweep.json."""
+  sweep_dir, statuses = _failing_sweep(tmp_path, [{"rl.loss_agg_mode": "bogus"}], "--parallel=2")
+  entry = statuses["loss_agg_mode=bogus"]
+  assert entry["status"] == "failed"
+  assert entry["error"].startswith("error: rl.loss_agg_mode='bogus'"), entry
+  assert entry["log_tail"].rstrip().endswith(entry["error"])
+  assert os.listdir(os.path.join(sweep_dir, "runs")) == []
 
 
 def _children_cpu_seconds():

@@ -269,3 +269,27 @@ def test_cli_names_a_file_given_as_the_sweep_directory(tmp_path):
   assert out.returncode == 2
   assert out.stderr == (f"error: sweep directory {str(path)!r} is a file; pass the sweep's "
                         "--workdir\n")
+
+
+def test_a_report_failing_halfway_keeps_the_previous_one_whole(sweep_dir, tmp_path, monkeypatch):
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  paths = report_writer.write_report(report, sweep_dir)
+  before = {name: open(os.path.join(sweep_dir, name), "rb").read()
+            for name in os.listdir(sweep_dir) if os.path.isfile(os.path.join(sweep_dir, name))}
+  all_figures = report_writer.figures.all_figures
+
+  def second_figure_fails(report, runs, out_dir):
+    made = all_figures(report, runs, out_dir)
+    raise RuntimeError(f"figure {os.path.basename(made[1])} failed")
+  monkeypatch.setattr(report_writer.figures, "all_figures", second_figure_fails)
+  changed = report_lib.build_report(sweep_dir, target=0.4, window=1)
+  with pytest.raises(RuntimeError, match="failed"):
+    report_writer.write_report(changed, sweep_dir)
+  after = {name: open(os.path.join(sweep_dir, name), "rb").read()
+           for name in os.listdir(sweep_dir) if os.path.isfile(os.path.join(sweep_dir, name))}
+  assert after == before  # no new figure next to the old report.md, no staging folder
+  assert sorted(os.listdir(sweep_dir)) == sorted(list(before) + ["runs"])
+  with pytest.raises(RuntimeError):
+    report_writer.write_report(changed, sweep_dir, str(tmp_path / "new_out"))
+  assert not (tmp_path / "new_out").exists()
+  assert os.path.basename(paths["md"]) in before

@@ -56,3 +56,12 @@ def test_smoke_profile_writes_json_and_plot(tmp_path):
     assert row["peak_rss_mib"] > 0
   assert set(profile["fits"]) == {"generation", "training", "step", "generation_throughput_ratio"}
   assert os.path.exists(tmp_path / "throughput.png")
+
+
+def test_a_profile_failing_at_setup_leaves_no_output_folder(tmp_path):
+  from rlscale.runner.config_files import load_config_file  # pylint: disable=g-import-not-at-top
+  config = load_config_file(os.path.join(ROOT, "experiments", "sweeps", "batch_lr.py"), "smoke")
+  config.rl.loss_agg_mode = "bogus"
+  with pytest.raises(ValueError, match="bogus"):
+    throughput.profile(config, [2], str(tmp_path / "new" / "throughput"))
+  assert os.listdir(tmp_path) == []

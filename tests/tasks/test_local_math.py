@@ -206,3 +206,35 @@ def test_failed_build_leaves_nothing_behind(tmp_path, monkeypatch):
     local_math.LocalMathSource(str(path), seed=0, data_dir=str(existing))
   assert os.listdir(existing) == []  # a folder the user made stays, and stays empty
   assert sorted(os.listdir(tmp_path)) == ["bad.jsonl", "mine"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("disk full"), KeyboardInterrupt()])
+def test_an_interrupted_build_leaves_nothing_and_the_next_run_rebuilds(tmp_path, monkeypatch,
+                                                                       capsys, exc):
+  """A preparation that stops halfway (an exception or Ctrl-C while rows are being written)
+  leaves no folder a later run could take for a finished build; the next run builds it."""
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  path = tmp_path / "g.jsonl"
+  path.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": i}) for i in range(8)))
+  generate = local_math.LocalMathBuilder._generate_examples
+
+  def stops_after_three_rows(self):
+    for i, example in enumerate(generate(self)):
+      if i == 3:
+        raise exc
+      yield example
+  monkeypatch.setattr(local_math.LocalMathBuilder, "_generate_examples", stops_after_three_rows)
+  with pytest.raises(type(exc)):
+    local_math.LocalMathSource(str(path), seed=0, holdout_fraction=0.5)
+  assert not (tmp_path / "xdg").exists()
+  mine = tmp_path / "mine"  # a cache folder the user made stays, empty
+  mine.mkdir()
+  with pytest.raises(type(exc)):
+    local_math.LocalMathSource(str(path), seed=0, holdout_fraction=0.5, data_dir=str(mine))
+  assert os.listdir(mine) == []
+  capsys.readouterr()
+  monkeypatch.setattr(local_math.LocalMathBuilder, "_generate_examples", generate)
+  task = local_math.LocalMathSource(str(path), seed=0, holdout_fraction=0.5, data_dir=str(mine))
+  assert capsys.readouterr().out.startswith(f"Preparing {path} once")
+  assert task.num_train + task.num_eval == 8
+  assert [f for f in _tree(mine) if ".building-" in f] == []
