@@ -162,20 +162,30 @@ class Attention(nn.Module):
 
   @nn.compact
   def __call__(self, x, rope: RopeTables, mask, layer_cache=None, cache_index=None,
-               last_only=False):
-    """Returns (output [B, T, H], or [B, 1, H] for the last query only if last_only; new cache)."""
+               last_only=False, queries: Optional[tuple[int, int]] = None):
+    """Returns (output [B, T, H], or [B, 1, H] for the last query only if last_only, or
+    [B, stop - start, H] for the queries at positions [start, stop) only if queries (static, no
+    cache; keys and values still from all T positions); new cache)."""
     c = self.config
     dense = lambda feats, bias, name: nn.Dense(  # noqa: E731
         feats, use_bias=bias, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, name=name)
     b, t, _ = x.shape
-    q = dense(c.num_heads * c.head_dim, c.qkv_bias, "q_proj")(x).reshape(b, t, c.num_heads, c.head_dim)
-    k = dense(c.num_kv_heads * c.head_dim, c.qkv_bias, "k_proj")(x).reshape(b, t, c.num_kv_heads, c.head_dim)
-    v = dense(c.num_kv_heads * c.head_dim, c.qkv_bias, "v_proj")(x).reshape(b, t, c.num_kv_heads, c.head_dim)
+    key_rope, key_len = rope, t
+    if queries is not None:
+      # Only these positions' outputs are needed: project and rotate their queries alone.
+      start, stop = queries
+      x_q, t = x[:, start:stop], stop - start
+      rope, mask = RopeTables(rope.cos[:, start:stop], rope.sin[:, start:stop]), mask[:, start:stop]
+    else:
+      x_q = x
+    q = dense(c.num_heads * c.head_dim, c.qkv_bias, "q_proj")(x_q).reshape(b, t, c.num_heads, c.head_dim)
+    k = dense(c.num_kv_heads * c.head_dim, c.qkv_bias, "k_proj")(x).reshape(b, key_len, c.num_kv_heads, c.head_dim)
+    v = dense(c.num_kv_heads * c.head_dim, c.qkv_bias, "v_proj")(x).reshape(b, key_len, c.num_kv_heads, c.head_dim)
     if c.qk_norm:
       q = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="q_norm")(q)
       k = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="k_norm")(k)
     q = apply_rope(q, rope)
-    k = apply_rope(k, rope)
+    k = apply_rope(k, key_rope)
     new_cache = None
     if layer_cache is not None:
       cache_k, cache_v = layer_cache  # [B, K, D, S], [B, K, S, D]
@@ -232,13 +242,18 @@ class DecoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x, rope: RopeTables, mask, layer_cache=None, cache_index=None,
-               last_only=False):
-    """Returns (x [B, T, H], or [B, 1, H] for the last position only if last_only; new cache)."""
+               last_only=False, queries: Optional[tuple[int, int]] = None):
+    """Returns (x [B, T, H], or [B, 1, H] for the last position only if last_only, or
+    [B, stop - start, H] for positions [start, stop) only if queries; new cache)."""
     c = self.config
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="input_layernorm")(x)
     h, new_cache = Attention(c, name="self_attn")(h, rope, mask, layer_cache, cache_index,
-                                                  last_only)
-    x = (x[:, -1:] if last_only else x) + h
+                                                  last_only, queries)
+    if last_only:
+      x = x[:, -1:]
+    elif queries is not None:
+      x = x[:, queries[0]:queries[1]]
+    x = x + h
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="post_attention_layernorm")(x)
     return x + MLP(c, name="mlp")(h), new_cache
 
@@ -252,6 +267,11 @@ class Transformer(nn.Module):
 
   Returns ModelOutput(logits [B, T, V] float32, values [B, T] float32 or None, cache).
   With last_only=True (static) only the last position is computed: logits [B, 1, V], values [B, 1].
+  With outputs=(start, stop) (static, no cache) the last layer computes only positions
+  [start, stop) after its keys and values (the earlier layers all T, since every later position
+  attends to them), so logits, values and hidden are [B, stop - start, ...]: the same numbers as
+  the full forward's positions [start, stop) at less compute (the update step scores only the
+  positions that predict response tokens).
   With head=False (static) the output head is skipped: logits None and `hidden` holds the
   final-norm states (score them with `output_logits`, e.g. in chunks).
 
@@ -263,22 +283,26 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None,
-               last_only: bool = False, head: bool = True):
+               last_only: bool = False, head: bool = True,
+               outputs: Optional[tuple[int, int]] = None):
     c = self.config
+    if outputs is not None and (cache is not None or last_only):
+      raise ValueError("outputs=(start, stop) is for a forward without cache and last_only")
     embed = embedding_module(c, name="embed_tokens")
     x = embed(tokens)
     rope = rope_tables(positions, rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling))
     new_k, new_v = [], []
     remat = c.remat and cache is None and not last_only and not self.is_initializing()
     for i in range(c.num_layers):
+      queries = outputs if i == c.num_layers - 1 else None
       if remat:
-        x = rematerialised_layer(c)(self.variables["params"][f"layers_{i}"], x, rope, mask)
+        x = rematerialised_layer(c, queries)(self.variables["params"][f"layers_{i}"], x, rope, mask)
         continue
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])
       # With last_only, the last layer computes its output for the last position only; every layer
       # still writes all positions' keys and values to the cache.
       x, layer_new = DecoderLayer(c, name=f"layers_{i}")(
-          x, rope, mask, layer_cache, cache_index, last_only and i == c.num_layers - 1)
+          x, rope, mask, layer_cache, cache_index, last_only and i == c.num_layers - 1, queries)
       if layer_new is not None:
         new_k.append(layer_new[0])
         new_v.append(layer_new[1])
@@ -298,10 +322,10 @@ class Transformer(nn.Module):
     return ModelOutput(logits, values, out_cache, hidden)
 
 
-def rematerialised_layer(config: ModelConfig):
-  """fn(layer_params, x, rope, mask) -> x: one `DecoderLayer` (no cache) whose backward pass
-  recomputes the layer from its input instead of keeping its activations (gradient checkpointing,
-  as `jax.checkpoint`).
+def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None):
+  """fn(layer_params, x, rope, mask) -> x: one `DecoderLayer` (no cache; outputs for positions
+  [start, stop) only when queries, see `DecoderLayer`) whose backward pass recomputes the layer
+  from its input instead of keeping its activations (gradient checkpointing, as `jax.checkpoint`).
 
   Written as a custom VJP whose backward adds 0 * (one element of the incoming cotangent) to the
   saved input before recomputing: that data dependency keeps the recomputation after the
@@ -312,7 +336,7 @@ def rematerialised_layer(config: ModelConfig):
   """
 
   def apply(params, x, rope, mask):
-    return DecoderLayer(config).apply({"params": params}, x, rope, mask)[0]
+    return DecoderLayer(config).apply({"params": params}, x, rope, mask, queries=queries)[0]
 
   @jax.custom_vjp
   def layer(params, x, rope, mask):
@@ -374,7 +398,7 @@ def init_params(config: ModelConfig, rng: jax.Array) -> dict:
 
 
 def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Array, *,
-            head: bool = True) -> ModelOutput:
+            head: bool = True, outputs: Optional[tuple[int, int]] = None) -> ModelOutput:
   """Full causal forward without cache over left-padded sequences (e.g. a Rollout's prompt and
   response: `tokens`, `concatenate([prompt_mask, response_mask], 1)`).
 
@@ -385,14 +409,25 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
       tokens only, so left padding does not shift them.
     head: False skips the output head: logits None and `hidden` [B, T, hidden_size] instead (see
       `output_logits`), so no [B, T, V] array is made.
+    outputs: (start, stop), static ints with 0 <= start < stop <= T, or None: only positions
+      [start, stop) are computed after the last layer's keys and values (see `Transformer`),
+      columns from `stop` on not at all (causal: nothing before them sees them), and logits /
+      values / hidden cover positions [start, stop) only.
   Returns:
     ModelOutput: logits [B, T, V] float32 (position t predicts token t+1; score a token with
     `token_logp(logits[:, t - 1], tokens[:, t], temperature)`), values [B, T] float32 when
     config.value_head else None, cache None.
   Raises:
-    flax.errors.ScopeParamShapeError: params do not match config (names the parameter)."""
+    flax.errors.ScopeParamShapeError: params do not match config (names the parameter);
+    ValueError: outputs out of range."""
+  if outputs is not None:
+    if not 0 <= outputs[0] < outputs[1] <= tokens.shape[1]:
+      raise ValueError(f"outputs={outputs} must be (start, stop) with 0 <= start < stop <= "
+                       f"T = {tokens.shape[1]}")
+    # No position before `stop` attends to a later one: those columns are left out.
+    tokens, input_mask = tokens[:, :outputs[1]], input_mask[:, :outputs[1]]
   return Transformer(config).apply({"params": params}, tokens, positions_from_mask(input_mask),
-                                   causal_attention_mask(input_mask), head=head)
+                                   causal_attention_mask(input_mask), head=head, outputs=outputs)
 
 
 def tempered_log_softmax(logits: jax.Array, temperature: float = 1.0) -> jax.Array:

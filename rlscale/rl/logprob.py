@@ -16,6 +16,17 @@ import jax.numpy as jnp
 from rlscale.model.transformer import output_logits, tempered_log_softmax, token_logp
 
 
+def response_positions(total_len: int, response_len: int) -> tuple[int, int]:
+  """(start, stop): the positions [start, stop) whose outputs predict the last `response_len` of
+  `total_len` tokens, T - Tr - 1 and T - 1 (for `forward(..., outputs=...)`).
+
+  Raises: ValueError when Tr is not in [1, T - 1]."""
+  if not 1 <= response_len < total_len:
+    raise ValueError(f"response length {response_len} must be in [1, {total_len - 1}] for "
+                     f"{total_len} tokens (at least one prompt token precedes the response)")
+  return total_len - response_len - 1, total_len - 1
+
+
 def response_logits(logits: chex.Array, response_len: int) -> chex.Array:
   """The model outputs at the positions that predict the last `response_len` tokens.
 
@@ -32,11 +43,8 @@ def response_logits(logits: chex.Array, response_len: int) -> chex.Array:
   """
   if logits.ndim < 2:
     raise ValueError(f"expected per-position outputs [B, T, ...], got shape {logits.shape}")
-  t = logits.shape[1]
-  if not 1 <= response_len < t:
-    raise ValueError(f"response length {response_len} must be in [1, {t - 1}] for {t} tokens "
-                     "(at least one prompt token precedes the response)")
-  return logits[:, t - response_len - 1: t - 1]
+  start, stop = response_positions(logits.shape[1], response_len)
+  return logits[:, start:stop]
 
 
 def response_logp(logits: chex.Array, tokens: chex.Array, response_len: int,
@@ -112,9 +120,24 @@ def chunked_response_logp(params, model_config, hidden: chex.Array, tokens: chex
   """
   chex.assert_rank(tokens, 2)
   chex.assert_equal_shape_prefix([hidden, tokens], 2)
-  states = response_logits(hidden, response_len)  # [B, Tr, H]
-  targets = tokens[:, -response_len:]
-  b = tokens.shape[0]
+  return response_states_logp(params, model_config, response_logits(hidden, response_len),
+                              tokens[:, -response_len:], temperature, chunk_size=chunk_size)
+
+
+def response_states_logp(params, model_config, states: chex.Array, targets: chex.Array,
+                         temperature: float = 1.0, *,
+                         chunk_size: int | None = None) -> tuple[chex.Array, chex.Array]:
+  """`chunked_response_logp` from the final hidden states of the response-predicting positions
+  alone, e.g. `forward(..., head=False, outputs=response_positions(T, Tr)).hidden`.
+
+  Args: states [B, Tr, hidden_size]; targets [B, Tr] int32, the response tokens; temperature,
+  chunk_size as in `chunked_response_logp`.
+  Returns: (logp [B, Tr] float32, entropy [B, Tr] float32 in nats).
+  Raises: ValueError for chunk_size < 1.
+  """
+  chex.assert_rank(targets, 2)
+  chex.assert_equal_shape_prefix([states, targets], 2)
+  b, response_len = targets.shape
   if chunk_size is None:
     chunk_size = logits_chunk_size(b, response_len, model_config.vocab_size,
                                    LOGITS_CHUNK_ELEMENTS)  # read when called (tests patch it)

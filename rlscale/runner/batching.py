@@ -54,33 +54,52 @@ def decode_responses(tokenizer, tokens: np.ndarray, response_mask: np.ndarray) -
   return out
 
 
-def response_bucket(length: int, max_new_tokens: int, parts: int = 4) -> int:
-  """The response width to train on: the smallest multiple of ceil(max_new_tokens / parts) that
-  holds `length` tokens, capped at max_new_tokens.
+def width_bucket(length: int, limit: int, parts: int = 4) -> int:
+  """A width to train on: the smallest multiple of ceil(limit / parts) that holds `length`
+  tokens, capped at `limit`.
 
-  A rollout batch is padded to the sampler's limit max_new_tokens; the update step only needs the
-  longest response of the batch, and rounding it up to one of `parts` widths bounds the compiles
-  of the update step to `parts` shapes (the same bucketing the sampler does for prompts).
+  A rollout batch is padded to the sampler's widths (the prompt bucket, and max_new_tokens for
+  responses); the update step only needs the batch's longest prompt and longest response, and
+  rounding each up to one of `parts` widths bounds the compiles of the update step to
+  `parts` x `parts` shapes per prompt bucket.
 
-  Raises: ValueError for length outside [0, max_new_tokens] or parts < 1.
+  Raises: ValueError for length outside [0, limit] or parts < 1.
   """
-  if not 0 <= length <= max_new_tokens or parts < 1:
-    raise ValueError(f"response length {length} must be in [0, max_new_tokens={max_new_tokens}] "
-                     f"and parts={parts} >= 1")
-  step = -(-max_new_tokens // parts)
-  return min(max_new_tokens, max(step, -(-length // step) * step))
+  if not 0 <= length <= limit or parts < 1:
+    raise ValueError(f"length {length} must be in [0, limit={limit}] and parts={parts} >= 1")
+  step = -(-limit // parts)
+  return min(limit, max(step, -(-length // step) * step))
 
 
-def trim_rollout(rollout, width: int):
-  """The Rollout with its response columns cut to the first `width` (tokens [B, Tp + width],
-  response_mask and logp [B, width]); exact for training when every response fits in `width`,
-  since a causal model's positions never look at later columns.
+def train_widths(rollout) -> tuple[int, int]:
+  """(prompt width, response width) to train a rollout batch on: its longest prompt and longest
+  response, each bucketed by `width_bucket` within the sampler's widths."""
+  prompt_mask = np.asarray(rollout.prompt_mask)
+  longest_prompt = int(prompt_mask.sum(axis=1).max()) if prompt_mask.size else 0
+  return (width_bucket(longest_prompt, prompt_mask.shape[1]),
+          width_bucket(int(np.max(rollout.lengths)), np.asarray(rollout.response_mask).shape[1]))
 
-  Raises: ValueError when a response is longer than `width` (its tokens would be lost)."""
+
+def trim_rollout(rollout, width: int, prompt_width: int | None = None):
+  """The Rollout with its response columns cut to the first `width` (tokens [B, Tp' + width],
+  response_mask and logp [B, width]) and, with prompt_width, its prompt to the last
+  `prompt_width` columns (Tp' = prompt_width; else Tp' = Tp). Exact for training when every
+  response fits in `width` (a causal model's positions never look at later columns) and every
+  dropped prompt column is left padding (positions count real tokens only, and padding keys are
+  masked out of attention, so dropping them changes no real position's output).
+
+  Raises: ValueError when a response is longer than `width`, or a dropped prompt column holds a
+  real token (their tokens would be lost)."""
   lengths = np.asarray(rollout.lengths)
   if lengths.size and int(lengths.max()) > width:
     raise ValueError(f"cannot trim responses of up to {int(lengths.max())} tokens to {width}")
-  prompt_width = np.asarray(rollout.prompt_mask).shape[1]
-  return rollout._replace(tokens=np.asarray(rollout.tokens)[:, :prompt_width + width],
+  prompt_mask = np.asarray(rollout.prompt_mask)
+  tp = prompt_mask.shape[1]
+  drop = 0 if prompt_width is None else tp - prompt_width
+  if not 0 <= drop <= tp or prompt_mask[:, :drop].any():
+    raise ValueError(f"cannot trim prompts of {tp} columns to their last {prompt_width}: "
+                     "only all-padding leading columns can be dropped")
+  return rollout._replace(tokens=np.asarray(rollout.tokens)[:, drop:tp + width],
+                          prompt_mask=prompt_mask[:, drop:],
                           response_mask=np.asarray(rollout.response_mask)[:, :width],
                           logp=np.asarray(rollout.logp)[:, :width])

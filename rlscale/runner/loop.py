@@ -33,8 +33,7 @@ from rlscale.model import save_hf_checkpoint
 from rlscale.rl import dapo, masks
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import builders
-from rlscale.runner.batching import (decode_responses, encode_prompts, response_bucket,
-                                     trim_rollout)
+from rlscale.runner.batching import decode_responses, encode_prompts, train_widths, trim_rollout
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.config_files import flatten_config
 from rlscale.runner.evaluate import accuracy_change_note, evaluation_key
@@ -445,48 +444,70 @@ def _rl_step(run, state, step_key, counters, clock):
   """One rollout batch and its update(s); advances `counters` and the RunClock `clock` in place.
 
   Returns (metrics record, new state)."""
-  rl = run.rl_config
   sample_key, update_key = jax.random.split(step_key)
   generated, generation_stats = _collect_rollouts(run, state, sample_key, counters, clock)
-  rollout, rewards = generated.rollout, generated.rewards
   with clock.measure("training"):
-    # Train on the batch's longest response, bucketed (a few static widths), not the sampler's
-    # limit.
-    width = response_bucket(int(np.max(rollout.lengths)), rollout.response_mask.shape[1])
-    rollout = trim_rollout(rollout, width)
-    batch = {
-        "tokens": rollout.tokens,
-        "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
-        "response_mask": rollout.response_mask,
-        "old_logp": rollout.logp,
-    }
-    sharded = update_lib.shard_batch(batch, run.num_devices)
-    old_logp, mismatch = _behaviour_logp(run, state, sharded, rollout)
-    extras = {}
-    if update_lib.uses_ref_logp(rl):
-      extras["ref_logp"] = run.logp_fn(run.ref_params, sharded)
-    if update_lib.uses_critic(rl):
-      extras["values"] = run.value_fn(state.critic_params, sharded)
-    flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
-    targets = run.advantage_fn(rewards, rollout.response_mask, old_logp=old_logp,
-                               ref_logp=flat.get("ref_logp"), values=flat.get("values"))
-    if "ref_logp" in extras:
-      sharded["ref_logp"] = extras["ref_logp"]
-    if "values" in extras:
-      sharded["old_values"] = extras["values"]
-    # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
-    loss_mask, mask_stats = _loss_mask(run, generated)  # truncation is judged at the full width
-    loss_mask = loss_mask[:, :width]
-    targets = {k: np.asarray(v) for k, v in targets.items()}
-    sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask},
-                                          run.num_devices))
-    state, metrics = run.update_fn(state, sharded,
-                                   update_lib.replicate_key(update_key, run.num_devices))
-    metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
-               for k, v in jax.device_get(metrics).items()}
-  record = {**generation_stats, **mask_stats, **metrics, **mismatch,
-            "tokens/trained": int(batch["input_mask"].sum())}
-  return record, state
+    train_record, state = train_phase(run, state, generated, update_key)
+  return {**generation_stats, **train_record}, state
+
+
+def update_batch(run, state, generated: Generated) -> tuple[dict, dict]:
+  """The update step's batch from a scored rollout batch: trimmed to its bucketed response width,
+  with the reference / critic / recomputed behaviour passes the config needs, advantages and the
+  loss mask, sharded over the devices.
+
+  Returns: (sharded batch with a leading device axis, record: mask stats, the sampler-trainer
+  mismatch when old_logp is recomputed, tokens/trained)."""
+  rl = run.rl_config
+  rollout, rewards = generated.rollout, generated.rewards
+  # Train on the batch's longest prompt and response, bucketed (a few static widths), not the
+  # sampler's prompt bucket and response limit: the left padding and the columns after every
+  # response are compute without effect on the loss.
+  prompt_width, width = train_widths(rollout)
+  rollout = trim_rollout(rollout, width, prompt_width)
+  batch = {
+      "tokens": rollout.tokens,
+      "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
+      "response_mask": rollout.response_mask,
+      "old_logp": rollout.logp,
+  }
+  sharded = update_lib.shard_batch(batch, run.num_devices)
+  old_logp, mismatch = _behaviour_logp(run, state, sharded, rollout)
+  extras = {}
+  if update_lib.uses_ref_logp(rl):
+    extras["ref_logp"] = run.logp_fn(run.ref_params, sharded)
+  if update_lib.uses_critic(rl):
+    extras["values"] = run.value_fn(state.critic_params, sharded)
+  flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
+  targets = run.advantage_fn(rewards, rollout.response_mask, old_logp=old_logp,
+                             ref_logp=flat.get("ref_logp"), values=flat.get("values"))
+  if "ref_logp" in extras:
+    sharded["ref_logp"] = extras["ref_logp"]
+  if "values" in extras:
+    sharded["old_values"] = extras["values"]
+  # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
+  loss_mask, mask_stats = _loss_mask(run, generated)  # truncation is judged at the full width
+  loss_mask = loss_mask[:, :width]
+  targets = {k: np.asarray(v) for k, v in targets.items()}
+  sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask},
+                                        run.num_devices))
+  return sharded, {**mask_stats, **mismatch, "tokens/trained": int(batch["input_mask"].sum())}
+
+
+def train_phase(run, state, generated: Generated, update_key):
+  """The training phase of one RL step (what the runner times as `training`): `update_batch`,
+  then the update step and its metrics on the host.
+
+  Args: run (`builders.Run`), state (replicated TrainState, donated), generated (`Generated`),
+  update_key (PRNG key of the update).
+  Returns: (record: mask stats, train/* metrics as Python floats, tokens/trained; new state).
+  """
+  sharded, record = update_batch(run, state, generated)
+  state, metrics = run.update_fn(state, sharded,
+                                 update_lib.replicate_key(update_key, run.num_devices))
+  metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
+             for k, v in jax.device_get(metrics).items()}
+  return {**record, **metrics}, state
 
 
 def _out_of_rounds_warning(run, record, step) -> str:

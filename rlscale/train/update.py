@@ -35,7 +35,7 @@ from rlscale.model.transformer import forward
 from rlscale.rl import aggregation
 from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
 from rlscale.rl.kl import kl_divergence
-from rlscale.rl.logprob import chunked_response_logp, response_logits
+from rlscale.rl.logprob import response_positions, response_states_logp
 from rlscale.rl.losses import bind_policy_loss, clipped_value_loss, importance_ratio
 from rlscale.rl.masks import masked_sum
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
@@ -106,8 +106,14 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -
   params, critic_params = trainables
   tokens, mask = mb["tokens"], mb["response_mask"]
   tr = mask.shape[-1]
-  hidden = forward(params, model_config, tokens, mb["input_mask"], head=False).hidden
-  logp, entropy = chunked_response_logp(params, model_config, hidden, tokens, tr, rl.temperature)
+  # Only the Tr positions that predict response tokens are computed past the last layer's keys
+  # and values, and the last token (it predicts nothing) not at all (`forward(outputs=...)`):
+  # the same numbers, less compute.
+  window = response_positions(tokens.shape[1], tr)
+  hidden = forward(params, model_config, tokens, mb["input_mask"], head=False,
+                   outputs=window).hidden
+  logp, entropy = response_states_logp(params, model_config, hidden, tokens[:, -tr:],
+                                       rl.temperature)
   advantages = mb["advantages"]
   if advantages.ndim == 1:
     advantages = jnp.broadcast_to(advantages[:, None], mask.shape)
@@ -124,9 +130,8 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -
     if rl.kl_mode == "loss":
       terms["kl_loss"], coefs["kl_loss"] = kl, rl.kl_coef
   if critic_params is not None:
-    values = response_logits(
-        forward(critic_params, critic_config(model_config), tokens, mb["input_mask"],
-                head=False).values, tr)
+    values = forward(critic_params, critic_config(model_config), tokens, mb["input_mask"],
+                     head=False, outputs=window).values
     terms["value_loss"], value_aux = clipped_value_loss(values, mb["old_values"], mb["returns"],
                                                         value_clip_eps=rl.value_clip_eps)
     coefs["value_loss"] = rl.vf_coef
@@ -355,15 +360,18 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
 
 
 def _forward_response(fn, model_config: ModelConfig, microbatches: int, devices):
-  """pmapped fn(params, batch) -> [D, b, Tr] of `fn(params, output, tokens, tr)` over
-  microbatches (output: `forward(..., head=False)`), 0 where response_mask is 0."""
+  """pmapped fn(params, batch) -> [D, b, Tr] of `fn(params, output, response_tokens)` over
+  microbatches (output: `forward(..., head=False)` at the Tr response-predicting positions only),
+  0 where response_mask is 0."""
 
   def per_device(params, batch):
     tr = batch["response_mask"].shape[-1]
 
     def one(mb):
-      out = forward(params, model_config, mb["tokens"], mb["input_mask"], head=False)
-      return jnp.where(mb["response_mask"] > 0, fn(params, out, mb["tokens"], tr), 0.0)
+      tokens = mb["tokens"]
+      out = forward(params, model_config, tokens, mb["input_mask"], head=False,
+                    outputs=response_positions(tokens.shape[1], tr))
+      return jnp.where(mb["response_mask"] > 0, fn(params, out, tokens[:, -tr:]), 0.0)
 
     parts = _split({k: batch[k] for k in ("tokens", "input_mask", "response_mask")}, microbatches)
     out = jax.lax.map(one, parts)
@@ -381,8 +389,8 @@ def make_logp_fn(model_config: ModelConfig, temperature: float, *, microbatches:
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature}")
   return _forward_response(
-      lambda params, out, tokens, tr: chunked_response_logp(
-          params, model_config, out.hidden, tokens, tr, temperature)[0],
+      lambda params, out, targets: response_states_logp(
+          params, model_config, out.hidden, targets, temperature)[0],
       model_config, microbatches, devices)
 
 
@@ -391,5 +399,5 @@ def make_value_fn(model_config: ModelConfig, *, microbatches: int = 1, devices=N
   each response token (0 where response_mask is 0), for the batch's `old_values`. `model_config` is
   the policy's; the critic adds the value head."""
   return _forward_response(
-      lambda params, out, tokens, tr: response_logits(out.values, tr),
+      lambda params, out, targets: out.values,
       critic_config(model_config), microbatches, devices)

@@ -63,3 +63,22 @@ def test_run_all_summarises_what_ran(tmp_path):
 def test_run_all_rejects_unknown_names(tmp_path):
   done = _run("run_all.py", "--out", str(tmp_path), "--only", "nope")
   assert done.returncode == 2 and "--only must name" in done.stderr
+
+
+@pytest.mark.slow
+def test_train_phase_ab_smoke(tmp_path):
+  """The training-phase A/B on the main job's smoke config: the variants that change nothing
+  numerically agree with the baseline, and no compile happens after the warm-up."""
+  done = _run("train_phase_ab.py", "--out", str(tmp_path), "--config",
+              "experiments/configs/default.py:smoke", "--rounds", "2", "--batches", "1",
+              "--variants", "baseline,full_prompt,step_only")
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  report = json.load(open(tmp_path / "train_phase_ab.json"))
+  assert set(report["median_seconds"]) == {"baseline", "full_prompt", "step_only"}
+  assert all(len(v) == 2 for v in report["seconds"].values())
+  assert all(check["allclose"] for check in report["numerical_check_vs_baseline"].values())
+  # chain_sum prompts (11 characters) in the sampler's 16-column bucket train on 12 columns.
+  workload = report["workload"]
+  assert workload["prompt_bucket"] == 16 and workload["prompt_real_tokens_max"] == 11
+  assert [w[0] for w in workload["trained_widths_prompt_response"]] == [12]
+  assert report["compiles_after_warmup"] == 0

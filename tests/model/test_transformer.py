@@ -242,3 +242,44 @@ def test_head_false_returns_the_states_the_output_head_reads(random_params):
 def test_remat_must_be_a_bool():
   with pytest.raises(ValueError, match="model.remat must be True or False"):
     _config(remat=1)
+
+
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.parametrize("overrides", [{}, dict(tie_embeddings=False, value_head=True)])
+def test_outputs_window_gives_the_full_forwards_positions_and_gradients(overrides, remat,
+                                                                       random_params):
+  """forward(outputs=(start, stop)) computes the last layer's queries, MLP and head at those
+  positions only; the numbers (and the gradients through them) are those of the full forward's
+  positions [start, stop), with and without per-layer rematerialisation."""
+  config = _config(**overrides).replace(remat=remat)
+  params = random_params(config)
+  tokens, mask = _left_padded_batch(np.random.default_rng(3), [7, 4, 2], 7)
+  start, stop = 2, 6
+  weights = jax.random.normal(jax.random.key(4), (3, stop - start, config.vocab_size))
+
+  def loss(p, window):
+    out = tfm.forward(p, config, tokens, mask, outputs=(start, stop) if window else None)
+    logits, values = out.logits, out.values
+    if not window:
+      logits = logits[:, start:stop]
+      values = None if values is None else values[:, start:stop]
+    return jnp.sum(logits * weights) + (0.0 if values is None else jnp.sum(values ** 2)), out
+
+  full_loss, full_grads = jax.jit(jax.value_and_grad(lambda p: loss(p, False)[0]))(params)
+  (window_loss, out), window_grads = jax.jit(
+      jax.value_and_grad(lambda p: loss(p, True), has_aux=True))(params)
+  assert out.logits.shape == (3, stop - start, config.vocab_size)
+  np.testing.assert_allclose(window_loss, full_loss, rtol=1e-5)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(full_grads),
+                          jax.tree.leaves(window_grads)):
+    scale = float(np.max(np.abs(a)))
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * scale, err_msg=jax.tree_util.keystr(path))
+
+
+def test_outputs_window_out_of_range_is_an_error(random_params):
+  config = _config()
+  params = random_params(config)
+  tokens, mask = _left_padded_batch(np.random.default_rng(0), [3], 4)
+  for window in ((2, 2), (-1, 2), (1, 5)):
+    with pytest.raises(ValueError, match="outputs="):
+      tfm.forward(params, config, tokens, mask, outputs=window)

@@ -130,3 +130,11 @@ def test_logits_chunk_size():
   hidden = forward(params, config, tokens, mask, head=False).hidden
   with pytest.raises(ValueError, match="chunk_size must be >= 1"):
     logprob.chunked_response_logp(params, config, hidden, tokens, TR, chunk_size=0)
+
+
+def test_response_positions_by_hand():
+  # T = 10 tokens, the last Tr = 3 are the response: positions 6, 7, 8 predict tokens 7, 8, 9.
+  assert logprob.response_positions(10, 3) == (6, 9)
+  for bad in (0, 10):
+    with pytest.raises(ValueError, match="response length"):
+      logprob.response_positions(10, bad)
