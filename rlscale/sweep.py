@@ -9,10 +9,8 @@ statuses and errors to DIR/sweep.json (a run that fails before writing results l
 DIR/runs/<name>). `--list` prints one shell command per run (for a job-array
 scheduler) and runs nothing; `--shard=i/n` runs every n-th run from i. The exit status is the
 number of failed runs (2 with one `error:` line for bad input). The work is done by
-`rlscale.scaling.sweep`, which a notebook can import too.
+`rlscale.scaling.sweep.run_sweep`, which the notebooks call too.
 """
-
-import os
 
 from absl import app
 from absl import flags
@@ -22,7 +20,9 @@ from ml_collections import config_flags
 from rlscale import cli
 from rlscale.runner.config_files import FIELDS_HINT
 
-_CONFIG = config_flags.DEFINE_config_file(
+# Parsed for its checks (the file exists and defines get_config, every --config.X names a field of
+# the right type); rlscale.scaling.sweep.run_sweep loads the config again with the overrides.
+config_flags.DEFINE_config_file(
     "config", None, "Sweep file (get_config + get_sweep), optionally `path:arg`; "
     f"--config.<field>=<value> overrides the base config of every run ({FIELDS_HINT}).",
     lock_config=True)
@@ -40,37 +40,19 @@ def _main(argv):
   from rlscale.scaling import sweep  # pylint: disable=g-import-not-at-top
   if len(argv) > 1:
     raise cli.UsageError(f"unexpected arguments {argv[1:]}")
-  if _PARALLEL.value < 1:
-    raise ValueError(f"--parallel must be >= 1, got {_PARALLEL.value}")
-  if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
-    raise NotADirectoryError(f"--workdir={_WORKDIR.value!r} is a file; it must be a directory "
-                             "(created when missing)")
   logging.set_verbosity(logging.WARNING)
-  # Runs of a sweep compile the same programs: share compilations through a persistent cache
-  # (before JAX is imported; the run processes inherit it).
-  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                        os.path.abspath(os.path.join(_WORKDIR.value, "jax_cache")))
   shard = hyper.parse_shard(_SHARD.value) if _SHARD.value is not None else None
   spec = config_flags.get_config_filename(flags.FLAGS["config"])
-  cli_overrides = config_flags.get_override_values(flags.FLAGS["config"])
-  path, arg = sweep.split_config_arg(spec)
-  sweep.load_sweep_module(path)  # a missing file or function is reported before the config loads
-  workdir = _WORKDIR.value
-  runs = sweep.plan(_CONFIG.value, sweep.get_sweep(path, arg), workdir)
-  if shard is not None:
-    runs = hyper.shard(runs, *shard)
+  overrides = config_flags.get_override_values(flags.FLAGS["config"])
   if _LIST.value:
+    _, runs, spec = sweep.plan_sweep(spec, _WORKDIR.value, overrides=overrides, shard=shard)
     for run in runs:
-      print(sweep.shell_command(sweep.run_command(run, spec, workdir, cli_overrides)))
+      print(sweep.shell_command(sweep.run_command(run, spec, _WORKDIR.value, overrides)))
     return 0
-  base = _CONFIG.value
-  meta = {"sweep_file": path, "arg": arg, "workdir": workdir, "cli_overrides": cli_overrides,
-          "base_learning_rate": base.optim.learning_rate,
-          "reference_batch": base.optim.reference_batch, "shard": shard}
-  record = sweep.execute(runs, workdir, parallel=_PARALLEL.value, sweep_spec=spec,
-                         cli_overrides=cli_overrides, meta=meta, shard=shard)
-  failed = record.failed()
-  print(f"sweep: {len(runs)} runs, {failed} failed; statuses in {record.path}")
+  summary = sweep.run_sweep(spec, _WORKDIR.value, overrides=overrides, parallel=_PARALLEL.value,
+                            shard=shard)
+  failed = summary["failed"]
+  print(f"sweep: {len(summary['runs'])} runs, {failed} failed; statuses in {summary['record']}")
   raise SystemExit(min(failed, sweep.MAX_EXIT_STATUS))
 
 

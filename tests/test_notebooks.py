@@ -95,6 +95,9 @@ def test_batch_size_scaling_smoke_sweep_then_committed(tmp_path, monkeypatch):
   with open(os.path.join(study, "report.json")) as f:
     report = json.load(f)
   assert len(report["runs"]) == 4 and {r["seed"] for r in report["runs"]} == {0}
+  with open(os.path.join(study, "sweep.json")) as f:
+    record = json.load(f)  # written by rlscale.scaling.sweep.run_sweep, as for the CLI
+  assert record["arg"] == "smoke" and record["cli_overrides"] == {} and record["shard"] is None
   (tmp_path / "committed").mkdir()
   nb = execute("batch_size_scaling.ipynb", f'SOURCE = "committed"\nCOMMITTED_DIR = {study!r}',
                tmp_path / "committed", monkeypatch)

@@ -11,6 +11,9 @@ checkpoints), records failures in `<workdir>/sweep.json` and carries on. A run t
 stopped) before writing results leaves no run directory behind (the runner removes what it made;
 a run process's log tail goes into sweep.json), so the report and a rerun never meet a half-made
 one.
+
+`run_sweep(sweep_file, workdir, ...)` does all of it (plan, JAX compilation cache, execute) and is
+what `python -m rlscale.sweep` and the notebooks call: one code path.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ import subprocess
 import sys
 import time
 import traceback
+import types
 from typing import Any, Callable, Sequence
 
 from rlscale import outputs
-from rlscale.runner.config_files import flatten_config, import_python_file
+from rlscale.runner.config_files import flatten_config, import_python_file, load_config_file
 from rlscale.scaling import hyper
 from rlscale.scaling import pinned
 
@@ -37,6 +41,8 @@ SFT_DIR = "sft"
 SWEEP_FILE = "sweep.json"
 SUMMARY_FILE = "summary.json"
 RUN_LOG = "sweep_log.txt"  # stdout and stderr of a run executed as a separate process
+COMPILATION_CACHE_DIR = "jax_cache"
+COMPILATION_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 MAX_EXIT_STATUS = 100  # exit status = failed runs, capped
 # Config sections the warm start depends on (as rlscale.runner.builders.warm_start's cache key).
 WARM_START_FIELDS = ("model", "task", "sft", "seed", "rollout")
@@ -433,3 +439,99 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
                  **({} if log_tail is None else {"log_tail": log_tail}))
     log("sweep: interrupted; run the same command again to resume")
     raise
+
+
+def sweep_file_and_arg(sweep_file: str | types.ModuleType, arg: str | None = None
+                       ) -> tuple[str, str | None]:
+  """(path, arg) of a sweep given as a path, "path.py:arg", or an imported sweep module (its
+  __file__). An arg in both places must agree; raises ValueError otherwise."""
+  if isinstance(sweep_file, types.ModuleType):
+    if not getattr(sweep_file, "__file__", None):
+      raise ValueError(f"sweep module {sweep_file.__name__!r} has no __file__; pass its path")
+    return sweep_file.__file__, arg
+  path, arg_in_path = split_config_arg(sweep_file)
+  if arg is not None and arg_in_path is not None and arg != arg_in_path:
+    raise ValueError(f"sweep argument given twice: {sweep_file!r} and arg={arg!r}")
+  return path, arg if arg is not None else arg_in_path
+
+
+def plan_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | None = None,
+               overrides: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
+               select: Callable[[dict[str, Any]], bool] | None = None):
+  """(base config, runs, spec) of a sweep file: `get_config(arg)` with `overrides` (flat dotted
+  fields, as `--config.X=...`) applied, the runs of `get_sweep(arg)` for which `select(override
+  dict)` is true (all when None), planned (`plan`), then those of shard (i, n). `spec` is
+  "path[:arg]", the --config of the runs' commands.
+
+  Raises FileNotFoundError for a missing file, ValueError for a file without get_config/get_sweep,
+  an override naming no field, a selection that keeps no run, or runs sharing a name."""
+  path, arg = sweep_file_and_arg(sweep_file, arg)
+  load_sweep_module(path)  # a missing file or function is reported before the config loads
+  base = load_config_file(path, arg)
+  if overrides:
+    base = hyper.apply_overrides(base, overrides)
+  sweep_runs = get_sweep(path, arg)
+  if select is not None:
+    sweep_runs = [o for o in sweep_runs if select(o)]
+    if not sweep_runs:
+      raise ValueError(f"select keeps none of the runs of {path!r} (arg {arg!r})")
+  runs = plan(base, sweep_runs, workdir)
+  if shard is not None:
+    runs = hyper.shard(runs, *shard)
+  return base, runs, path if arg is None else f"{path}:{arg}"
+
+
+def use_compilation_cache(workdir: str) -> str:
+  """Shares compiled programs between a sweep's runs through JAX's persistent compilation cache:
+  <workdir>/jax_cache unless a cache directory is already configured (JAX_COMPILATION_CACHE_DIR
+  or jax.config). Sets this process's jax.config (effective even after JAX has compiled) and the
+  environment variable (inherited by run processes). Returns the directory in use."""
+  import jax  # pylint: disable=g-import-not-at-top
+  path = (jax.config.jax_compilation_cache_dir or os.environ.get(COMPILATION_CACHE_ENV)
+          or os.path.abspath(os.path.join(workdir, COMPILATION_CACHE_DIR)))
+  os.environ[COMPILATION_CACHE_ENV] = path
+  if jax.config.jax_compilation_cache_dir != path:
+    jax.config.update("jax_compilation_cache_dir", path)
+  return path
+
+
+def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | None = None,
+              overrides: dict[str, Any] | None = None, parallel: int = 1,
+              shard: tuple[int, int] | None = None,
+              select: Callable[[dict[str, Any]], bool] | None = None,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+  """Runs a sweep file's runs into `workdir` (what `python -m rlscale.sweep` does).
+
+  Args:
+    sweep_file: path of a sweep file ("path.py" or "path.py:arg") or the imported module.
+    workdir: the sweep directory: runs/<name>, the shared warm start sft/, sweep.json (or
+      sweep_shard<i>of<n>.json), the JAX compilation cache jax_cache/ (`use_compilation_cache`).
+    arg: the sweep file's argument (e.g. "smoke"), unless given in `sweep_file`.
+    overrides: flat dotted config fields set in every run, e.g. {"optim.grad_clip_norm": 50.0}.
+    parallel: runs at a time; > 1 runs each as its own `python -m rlscale.main` process pinned to
+      its share of the cores (`execute`).
+    shard: (i, n): only every n-th run from i (`hyper.parse_shard` reads "i/n").
+    select: keeps the runs whose override dict it accepts, e.g. `lambda o: o["seed"] == 0`.
+    log: progress lines.
+
+  Returns: {"workdir", "record" (sweep.json path), "runs" (names, planned order), "statuses"
+  ({name: done | skipped | failed | interrupted | pending}), "failed" (count)}. Failed runs do not
+  raise. Raises ValueError for parallel < 1 and bad sweep input (`plan_sweep`), NotADirectoryError
+  for a workdir that is a file."""
+  if parallel < 1:
+    raise ValueError(f"--parallel must be >= 1, got {parallel}")
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise NotADirectoryError(f"--workdir={workdir!r} is a file; it must be a directory "
+                             "(created when missing)")
+  base, runs, spec = plan_sweep(sweep_file, workdir, arg=arg, overrides=overrides, shard=shard,
+                                select=select)
+  path, arg = sweep_file_and_arg(spec)
+  use_compilation_cache(workdir)
+  meta = {"sweep_file": path, "arg": arg, "workdir": workdir, "cli_overrides": overrides or {},
+          "base_learning_rate": base.optim.learning_rate,
+          "reference_batch": base.optim.reference_batch, "shard": shard}
+  record = execute(runs, workdir, parallel=parallel, sweep_spec=spec, cli_overrides=overrides,
+                   meta=meta, shard=shard, log=log)
+  statuses = {name: entry["status"] for name, entry in record.entries.items()}
+  return {"workdir": workdir, "record": record.path, "runs": list(statuses),
+          "statuses": statuses, "failed": record.failed()}

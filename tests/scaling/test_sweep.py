@@ -1,5 +1,6 @@
 """Sweep planning (names, duplicates, warm-start cache), commands and the CLI's bad-input errors."""
 
+import json
 import os
 import subprocess
 import sys
@@ -156,3 +157,51 @@ def test_pinned_command_and_bad_cores():
   with pytest.raises(ValueError, match="expected \\[python, '-m', module"):
     pinned.command(["python", "script.py"], [0])
 
+
+@pytest.fixture(name="no_compilation_cache")
+def fixture_no_compilation_cache(monkeypatch):
+  """No cache configured (the tests' conftest sets one); restored afterwards."""
+  before = jax.config.jax_compilation_cache_dir
+  monkeypatch.delenv(sweep.COMPILATION_CACHE_ENV, raising=False)
+  jax.config.update("jax_compilation_cache_dir", None)
+  yield
+  jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_compilation_cache_under_the_workdir_unless_configured(tmp_path, no_compilation_cache):
+  path = sweep.use_compilation_cache(str(tmp_path))
+  assert path == os.path.join(str(tmp_path), "jax_cache")
+  assert jax.config.jax_compilation_cache_dir == path  # this process, JAX already imported
+  assert os.environ[sweep.COMPILATION_CACHE_ENV] == path  # the run processes
+  assert sweep.use_compilation_cache(str(tmp_path / "other")) == path  # configured: kept
+
+
+def test_run_sweep_in_process_with_overrides_and_a_selection(tmp_path):
+  # One run of the smoke sweep (seed 0, P = 2, rule none) shrunk to one RL step: the function
+  # behind the CLI, called as the notebook calls it.
+  workdir = str(tmp_path / "sweep")
+  overrides = {"sft.steps": 2, "train.total_samples": 4, "train.eval_every_samples": 4}
+  one = lambda o: (o["seed"], o["rl.prompts_per_step"], o["optim.lr_scaling"]) == (0, 2, "none")  # noqa: E731
+  logged = []
+  summary = sweep.run_sweep(f"{BATCH_LR}:smoke", workdir, overrides=overrides, select=one,
+                            log=logged.append)
+  name = "seed=0,prompts_per_step=2,lr_scaling=none"
+  assert summary["runs"] == [name] and summary["statuses"] == {name: "done"}
+  assert summary["failed"] == 0 and summary["record"] == os.path.join(workdir, "sweep.json")
+  with open(summary["record"]) as f:
+    record = json.load(f)
+  assert record["cli_overrides"] == overrides and record["arg"] == "smoke"
+  assert record["base_learning_rate"] == 3e-3 and record["reference_batch"] == 4
+  with open(os.path.join(workdir, "runs", name, "config.json")) as f:
+    config = json.load(f)["config"]
+  assert config["sft"]["steps"] == 2 and config["train"]["total_samples"] == 4
+  # Again, the module given instead of its path: the finished run is skipped.
+  module = sweep.load_sweep_module(BATCH_LR)
+  again = sweep.run_sweep(module, workdir, arg="smoke", overrides=overrides, select=one,
+                          log=logged.append)
+  assert again["statuses"] == {name: "skipped"}
+  assert "sweep: 1 of 1 runs already finished; skipping them" in logged
+  with pytest.raises(ValueError, match="select keeps none of the runs"):
+    sweep.run_sweep(BATCH_LR, workdir, arg="smoke", select=lambda o: False)
+  with pytest.raises(ValueError, match="--parallel must be >= 1"):
+    sweep.run_sweep(BATCH_LR, workdir, parallel=0)
