@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.timeouts import hang_timeout
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 DEFAULT = "experiments/configs/default.py"
@@ -16,7 +17,7 @@ def _run(*args, env=None):
   base = {k: v for k, v in os.environ.items() if k != "RLSCALE_VERBOSE"}
   env = dict(base, JAX_PLATFORMS="cpu", **(env or {}))
   return subprocess.run([sys.executable, "-m", "rlscale.main", *args], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=hang_timeout(150))
 
 
 def _error_lines(stderr):

@@ -10,9 +10,11 @@ import nbclient
 import nbformat
 import pytest
 
+from tests.timeouts import hang_timeout
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 COLAB = os.path.join(ROOT, "colab")
-CELL_TIMEOUT_S = 600
+CELL_TIMEOUT_S = int(hang_timeout(300))
 
 # The runner tests' tiny model and budget (tests/runner/runner_configs.py), as flat overrides.
 TINY_RUN = {

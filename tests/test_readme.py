@@ -21,6 +21,8 @@ import sys
 import pytest
 
 from rlscale.runner import config_files
+from rlscale.scaling.sweep import SFT_DIR
+from tests.timeouts import hang_timeout
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 README = os.path.join(REPO, "README.md")
@@ -91,7 +93,7 @@ def test_commands_found():
 def _help_flags(*program: str) -> frozenset:
   """Flag names a program lists in its --help (absl: --[no]name; argparse: --name)."""
   out = subprocess.run([*program, "--help"], cwd=REPO, capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+                       timeout=hang_timeout(60), env=dict(os.environ, JAX_PLATFORMS="cpu"))
   return frozenset(re.findall(r"--(?:\[no\])?([A-Za-z][\w-]*)", out.stdout + out.stderr))
 
 
@@ -187,7 +189,7 @@ def test_cheap_commands_run_in_smoke_form(tmp_path):
       args = [a for a in args if not a.startswith("--out=")]
       out = subprocess.run([sys.executable, "benchmarks/verifier.py", *args, "--quick",
                             f"--out={tmp_path}"], cwd=REPO, capture_output=True, text=True,
-                           timeout=300)
+                           timeout=hang_timeout(150))
       assert out.returncode == 0, out.stderr
       assert (tmp_path / "verifier.json").is_file()
       return
@@ -199,3 +201,24 @@ def test_design_notes_are_in_the_repository():
   assert "../shared" not in text
   for link in re.findall(r"\]\(([^)#:]+)\)", text):  # relative markdown links
     assert os.path.exists(os.path.join(REPO, link)), link
+
+
+def test_throughput_commands_reuse_their_sweeps_warm_start():
+  """Every printed `rlscale.throughput` for a sweep file points sft.cache_dir at the warm start of
+  the sweep printed with it (DIR/sft for `--workdir=DIR`), so the profile measures the same
+  warm-started model and trains no second one; README and docstrings print the same form."""
+  commands = README_COMMANDS + DOCSTRING_COMMANDS
+  workdirs = {}
+  for c in commands:
+    args = dict(a.split("=", 1) for a in c if a.startswith("--") and "=" in a)
+    if c[:3] == ["python", "-m", "rlscale.sweep"] and "--workdir" in args:
+      workdirs[args["--config"].split(":")[0]] = args["--workdir"]
+  profiles = [c for c in commands if c[:3] == ["python", "-m", "rlscale.throughput"]]
+  assert profiles
+  for c in profiles:
+    args = dict(a.split("=", 1) for a in c if a.startswith("--") and "=" in a)
+    config = args["--config"].split(":")[0]
+    if config.startswith("experiments/sweeps/"):
+      workdir = workdirs[config]
+      assert args.get("--config.sft.cache_dir") == f"{workdir}/{SFT_DIR}", " ".join(c)
+      assert args.get("--out") == f"{workdir}/throughput", " ".join(c)

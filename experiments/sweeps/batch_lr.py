@@ -13,7 +13,8 @@ Commands (the study, then its throughput profile alone on the machine, then the 
 
   python -m rlscale.sweep --config=experiments/sweeps/batch_lr.py --workdir=runs/batch_lr --parallel=2
   python -m rlscale.throughput --config=experiments/sweeps/batch_lr.py \
-      --prompts_per_step=8,16,32,64 --out=runs/batch_lr/throughput
+      --prompts_per_step=8,16,32,64 --out=runs/batch_lr/throughput \
+      --config.sft.cache_dir=runs/batch_lr/sft
   python -m rlscale.report runs/batch_lr
 
 Smoke version (seconds): `--config=experiments/sweeps/batch_lr.py:smoke`. List the runs' commands

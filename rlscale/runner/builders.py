@@ -64,6 +64,7 @@ class Run:
   export_dtype: str = "float32"  # dtype of the exported policy (see build_model)
   log: Callable[[str], None] = print
   title: str = ""  # what the run is (plots.run_title): algorithm, P x G = B, lr and its rule
+  starting_point: str = "warm start"  # starting_point_label: what RL starts from, for logs
   smoke: bool = False  # config.smoke: a smoke variant, which checks the pipeline, not learning
 
   @property
@@ -243,9 +244,17 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
   return model_config, params, export_dtype
 
 
+def starting_point_label(config) -> str:
+  """What RL starts from, in log lines: "warm start" when SFT runs (built-in model, sft.steps > 0),
+  else "base checkpoint (no SFT)" (an HF checkpoint, or sft.steps = 0), as warm_start decides."""
+  if config.model.source == "hf" or config.sft.steps == 0:
+    return "base checkpoint (no SFT)"
+  return "warm start"
+
+
 def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   """SFT on the task's reference answers (cached); skipped for HF checkpoints or sft.steps == 0."""
-  if config.model.source == "hf" or config.sft.steps == 0:
+  if starting_point_label(config) != "warm start":
     return params, 0.0
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   cache_dir = config.sft.cache_dir or os.path.join(workdir, SFT_DIR)
@@ -343,4 +352,5 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
              warm_start_seconds=warm_start_seconds, total_steps=total_steps,
              advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)),
              export_dtype=export_dtype, log=log,
-             title=title, smoke=bool(config.get("smoke", False)))
+             title=title, smoke=bool(config.get("smoke", False)),
+             starting_point=starting_point_label(config))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 from typing import Any, NamedTuple
 
 import jax
@@ -36,6 +35,7 @@ from rlscale.runner import builders
 from rlscale.runner.batching import decode_responses, encode_prompts, train_widths, trim_rollout
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.config_files import flatten_config
+from rlscale.runner.interrupts import StopFlag
 from rlscale.runner.evaluate import accuracy_change_note, evaluation_key
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
@@ -77,29 +77,6 @@ def check_resume_config(workdir: str, config) -> None:
     raise ValueError(f"workdir {workdir!r} holds checkpoints of a run with another config "
                      f"({details}); use a new --workdir, or change only {list(RESUMABLE_FIELDS)} "
                      "when resuming")
-
-
-class _StopFlag:
-  """Set by SIGINT/SIGTERM; the loop checkpoints and exits cleanly at the end of the step."""
-
-  def __init__(self):
-    self.stop = False
-    self._previous = {}
-
-  def __enter__(self):
-    for sig in (signal.SIGINT, signal.SIGTERM):
-      try:
-        self._previous[sig] = signal.signal(sig, self._handle)
-      except ValueError:  # not the main thread (e.g. some notebook kernels): no handler
-        pass
-    return self
-
-  def _handle(self, signum, frame):  # pylint: disable=unused-argument
-    self.stop = True
-
-  def __exit__(self, *exc):
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
 
 
 def group_stats(rewards: np.ndarray, correct: np.ndarray, group_size: int) -> dict[str, float]:
@@ -224,7 +201,8 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
     with clock.measure("evaluation"):
       warm_eval = run.evaluator(state.params, eval_key)
     logger.write({"step": 0, "samples": 0, **warm_eval, **clock.record(interval=False)})
-    run.log(f"warm start: held-out greedy accuracy {warm_eval['eval/greedy_accuracy']:.3f}, "
+    run.log(f"{run.starting_point}: held-out greedy accuracy "
+            f"{warm_eval['eval/greedy_accuracy']:.3f}, "
             f"pass@{config.eval.pass_k} {warm_eval['eval/pass_at_k']:.3f}")
     _save_warm_eval(workdir, warm_eval)
     outputs.write_json(os.path.join(workdir, WARM_START_FILE), {"seconds": run.warm_start_seconds})
@@ -240,7 +218,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
   last_eval = None
   warned_out_of_rounds = False
   bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True)
-  with _StopFlag() as stop:
+  with StopFlag(lambda: step + 1) as stop:
     while step < total_steps and not stop.stop:
       step_key = jax.random.fold_in(base_key, step)
       samples_before = counters["samples"]
@@ -580,7 +558,10 @@ def _finish(workdir, run, params, warm_eval, step, counters, clock):
       # warm_start (model load + SFT or its cache, recorded by the run's first segment) is not
       # part of wall_seconds.
       "phase_seconds": {**parts, "warm_start": run.warm_start_seconds},
-      "steps_per_second": step / rl_seconds if rl_seconds else None,
+      # Two rates, named apart: per second of the RL wall clock (what the progress bar averages)
+      # and per second of generation + reward + training execution only.
+      "steps_per_wall_second": step / times["wall/total"] if times["wall/total"] else None,
+      "steps_per_compute_second": step / rl_seconds if rl_seconds else None,
       # Fraction of RL steps whose update gradient clipping changed (optim/clipped).
       "clipped_fraction": _mean_of(records, "optim/clipped"),
       "num_devices": run.num_devices,
@@ -590,7 +571,8 @@ def _finish(workdir, run, params, warm_eval, step, counters, clock):
       "policy": policy,
   }
   outputs.write_json(os.path.join(workdir, SUMMARY_FILE), summary, indent=2)
-  run.log(f"done: held-out greedy accuracy {summary['warm_start_accuracy']:.3f} (warm start) -> "
+  run.log(f"done: held-out greedy accuracy {summary['warm_start_accuracy']:.3f} "
+          f"({run.starting_point}) -> "
           f"{summary['final_accuracy']:.3f} (after {step} RL steps, "
           f"{summary['samples_consumed']} responses) in {summary['wall_seconds']:.0f} s "
           f"(+ {run.warm_start_seconds:.0f} s model load and warm start before the RL clock)")

@@ -83,6 +83,16 @@ def run_title(*, algorithm: str, prompts_per_step: int, group_size: int, update_
           f"peak lr {_number(learning_rate)} ({rule}), {schedule} schedule")
 
 
+def at_start_of_rl(records: list[dict]) -> list[dict]:
+  """The records with the step-0 record (the starting policy's evaluation) at wall time 0.
+
+  That record's `wall/total` is the seconds its own evaluation took (~5 s): plotted as is, the
+  policy RL starts from would sit after the RL clock's start, as if RL had run. Later records keep
+  their clock (their evaluation time is part of the run's wall time)."""
+  return [dict(r, **{"wall/total": 0.0}) if r.get("step") == 0 and "wall/total" in r else r
+          for r in records]
+
+
 def _number(x: float) -> str:
   """1e-4 -> "1e-04", 1.414e-4 -> "1.41e-04", 0.3 -> "0.3": learning rates read at a glance."""
   return f"{x:.3g}" if x >= 1e-2 else f"{x:.2e}".replace(".00e", "e")
@@ -103,6 +113,7 @@ def plot_curves(records: list[dict], out_dir: str, *, title: str = "",
   """
   paths = {}
   chosen = panels(group_size, pass_k)
+  records = at_start_of_rl(records)
   for (x_key, x_label), name in zip(X_AXES, ("vs_samples", "vs_wall_time")):
     fig, axes = plt.subplots(1, len(chosen), figsize=(4.2 * len(chosen), 3.6))
     for ax, (y_key, y_title) in zip(axes, chosen):

@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 
+from rlscale.scaling import fits  # noqa: E402  pylint: disable=g-import-not-at-top
 from rlscale.scaling import curves as curves_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from rlscale.scaling.throughput import PHASES  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -99,10 +100,10 @@ def throughput_figure(report, out_dir) -> str:
     label = "end to end" if phase == "step" else phase
     ax.plot(batches, rate, marker=marker, ls="-" if phase == "step" else ":", label=label)
   fit = report.get("step_cost_fit")
-  if fit:
+  if fit and fits.fit_is_usable(fit):
     grid = np.geomspace(batches.min(), batches.max() * 2, 50)
     ax.plot(grid, grid / (fit["intercept"] + fit["slope"] * grid), "k--", lw=0.8,
-            label=f"fit: B / ({fit['intercept']:.3g} s + {fit['slope']:.3g} s x B)")
+            label=f"fit: B / ({fits.cost_line_text(fit)})")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
   ax.set_xlabel("batch B (responses per step)")
@@ -113,33 +114,47 @@ def throughput_figure(report, out_dir) -> str:
   return _save(fig, out_dir, "fig3_throughput.png")
 
 
+def _bounded_points(ax, batches, values, errors, censored, rule, color):
+  """One rule's points on `ax`: measured ones joined by a line with their intervals; censored
+  ones (some seed never reached the target: the value is a lower bound) as open markers with an
+  upward arrow and no connecting line, since a line through lower bounds reads as a trend.
+  `color`: the rule's colour on every axis."""
+  measured = [i for i, c in enumerate(censored) if not c]
+  bounds = [i for i, c in enumerate(censored) if c]
+  errors = np.asarray(errors, np.float64).reshape(2, -1)
+  if measured:
+    ax.errorbar([batches[i] for i in measured], [values[i] for i in measured],
+                yerr=errors[:, measured], marker="o", capsize=3, color=color, label=rule)
+  if bounds:
+    low = np.asarray([values[i] for i in bounds], np.float64)
+    ax.errorbar([batches[i] for i in bounds], low, yerr=0.3 * low, lolims=True, ls="none",
+                marker="o", mfc="none", color=color,
+                label=f"{rule}: censored, lower bound (>=)")
+
+
 def target_figure(report, out_dir) -> str:
   """Figure 4: samples- and time-to-target vs batch per rule (bootstrap 95% intervals over seeds;
-  hollow markers: some seed censored, a lower bound), and predicted vs measured decisions."""
+  open markers with an upward arrow and no connecting line: some seed censored, a lower bound),
+  and predicted vs measured decisions."""
   fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
   rules = sorted({g["rule"] for g in report["groups"]})
-  for rule in rules:
+  for k, rule in enumerate(rules):
     rows = sorted((g for g in report["groups"] if g["rule"] == rule), key=lambda g: g["batch_size"])
     b = [g["batch_size"] for g in rows]
     n = [g["samples_to_target_mean"] for g in rows]
     err = np.abs(np.asarray([g["samples_to_target_ci"] for g in rows]).T - np.asarray(n))
-    line = axes[0].errorbar(b, n, yerr=err, marker="o", capsize=3, label=rule)
     t = [g["time_to_target_s"] if g["time_to_target_s"] is not None else np.nan for g in rows]
-    terr = [np.abs(np.asarray(g["time_to_target_ci"]) - g["time_to_target_s"])
-            if g["time_to_target_ci"] else [0, 0] for g in rows]
-    axes[1].errorbar(b, t, yerr=np.asarray(terr).T, marker="o", capsize=3, label=rule,
-                     color=line[0].get_color())
-    for ax, values in ((axes[0], n), (axes[1], t)):
-      cens = [i for i, g in enumerate(rows) if g["censored"]]
-      ax.scatter([b[i] for i in cens], [values[i] for i in cens], s=90, facecolors="none",
-                 edgecolors="r", zorder=5)
+    terr = np.asarray([np.abs(np.asarray(g["time_to_target_ci"]) - g["time_to_target_s"])
+                       if g["time_to_target_ci"] else [0, 0] for g in rows]).T
+    for ax, values, errors in ((axes[0], n, err), (axes[1], t, terr)):
+      _bounded_points(ax, b, values, errors, [g["censored"] for g in rows], rule, f"C{k}")
   for ax, label in ((axes[0], "samples-to-target N* (responses)"),
                     (axes[1], "time-to-target T = N*/q (s)")):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch B (responses per step)")
     ax.set_ylabel(label)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="LR rule (red ring: censored)")
+    ax.legend(fontsize=8, title="LR rule (open, arrow up: censored, a lower bound)")
   ax = axes[2]
   dec = [d for d in report["decisions"] if d["throughput_ratio"] and d["samples_ratio"]]
   labels = {}  # decisions at the same point share one label
@@ -229,11 +244,11 @@ def throughput_profile_figure(profile, out_dir) -> str:
     g = fit["generation"]
     until = g["bandwidth_bound_until_batch"]
     left.plot(grid, g["intercept"] + g["slope"] * grid, "C0--", lw=0.8,
-              label=f"generation fit {g['intercept']:.3g} s + {g['slope']:.2g} s x B"
+              label=f"generation fit {fits.cost_line_text(g, slope_format='.2g')}"
               + (f" (bandwidth-bound below B={until:.0f})" if until else ""))
     st = fit["step"]
     left.plot(grid, st["intercept"] + st["slope"] * grid, "C3--", lw=0.8,
-              label=f"step fit {st['intercept']:.3g} s + {st['slope']:.2g} s x B")
+              label=f"step fit {fits.cost_line_text(st, slope_format='.2g')}")
     right.plot(grid, grid / (st["intercept"] + st["slope"] * grid), "k--", lw=0.8,
                label="end-to-end fit B / (alpha + beta B)")
   left.set_xlabel("batch B (responses per step)")

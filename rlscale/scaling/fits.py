@@ -19,10 +19,12 @@ import numpy as np
 
 
 class Line(NamedTuple):
-  """y = intercept + slope * x, with the coefficient of determination r2 of the fit."""
+  """y = intercept + slope * x, with the coefficient of determination r2 of the fit and the number
+  of distinct x values it was fitted to (None when not from a fit)."""
   intercept: float
   slope: float
   r2: float
+  n_points: int | None = None
 
   def __call__(self, x):
     return self.intercept + self.slope * np.asarray(x, np.float64)
@@ -36,7 +38,35 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> Line:
   slope, intercept = np.polyfit(x, y, 1)
   residual = np.sum((y - (intercept + slope * x)) ** 2)
   total = np.sum((y - y.mean()) ** 2)
-  return Line(float(intercept), float(slope), float(1.0 - residual / total) if total > 0 else 1.0)
+  return Line(float(intercept), float(slope), float(1.0 - residual / total) if total > 0 else 1.0,
+              int(np.unique(x).size))
+
+
+MIN_FIT_POINTS = 3  # a line through 2 points always has R^2 = 1: no evidence of the model
+
+
+def cost_line_text(fit, x: str = "B", slope_format: str = ".3g") -> str:
+  """'3.13 s - 0.299 s x B' for a fitted cost line (a Line or its _asdict(); seconds), signs
+  written as the algebra reads, or 'too few batch sizes to fit (n=2)' when the fit had fewer than
+  MIN_FIT_POINTS distinct x values. A negative per-row cost (slope) or fixed cost (intercept) is
+  flagged as not physical: step time cannot fall as work is added."""
+  fit = fit._asdict() if isinstance(fit, Line) else fit
+  n = fit.get("n_points")
+  if n is not None and n < MIN_FIT_POINTS:
+    return f"too few batch sizes to fit (n={n})"
+  a, b = fit["intercept"], fit["slope"]
+  text = f"{a:.3g} s {'-' if b < 0 else '+'} {abs(b):{slope_format}} s x {x}"
+  if b < 0:
+    text += " (negative per-row cost: not physical, noise dominates the measured times)"
+  elif a < 0:
+    text += " (negative fixed cost: not physical)"
+  return text
+
+
+def fit_is_usable(fit) -> bool:
+  """True when the fit had at least MIN_FIT_POINTS distinct x values (see cost_line_text)."""
+  fit = fit._asdict() if isinstance(fit, Line) else fit
+  return bool(fit) and fit.get("n_points", MIN_FIT_POINTS) >= MIN_FIT_POINTS
 
 
 def bandwidth_bound_until(line: Line) -> float | None:

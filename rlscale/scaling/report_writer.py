@@ -7,7 +7,7 @@ import math
 import os
 
 from rlscale import outputs
-from rlscale.scaling import figures
+from rlscale.scaling import figures, fits
 from rlscale.scaling import report as report_lib
 
 RUN_COLUMNS = ("name", "prompts_per_step", "group_size", "batch_size", "lr_rule", "learning_rate",
@@ -18,6 +18,12 @@ RUN_COLUMNS = ("name", "prompts_per_step", "group_size", "batch_size", "lr_rule"
 DECISION_COLUMNS = ("lr_rule", "base", "candidate", "throughput_ratio", "samples_ratio",
                     "predicted_faster", "measured_faster", "predicted_time_ratio",
                     "measured_time_ratio", "censored")
+
+
+def _fit_text(fit, x="B"):
+  """A cost line as text with its R^2, or why there is no usable fit (fits.cost_line_text)."""
+  text = fits.cost_line_text(fit, x=x)
+  return f"{text} (R^2 {fit['r2']:.3f})" if fits.fit_is_usable(fit) else text
 
 
 def _write_csv(path, rows, columns):
@@ -101,16 +107,14 @@ def markdown(report, figure_paths) -> str:
                  f"{_fmt(sh['reward'], 2)} | {_fmt(sh['training'], 2)} |")
   if report["step_cost_fit"]:
     f = report["step_cost_fit"]
-    lines += ["", f"Step cost fit: t(B) = {f['intercept']:.3g} s + {f['slope']:.3g} s x B "
-              f"(R^2 {f['r2']:.3f})."]
+    lines += ["", f"Step cost fit: t(B) = {_fit_text(f)}."]
   pf = report.get("profile_fits") or {}
   if pf:
     g, t = pf["generation"], pf["training"]
     until = g["bandwidth_bound_until_batch"]
-    lines += ["", f"Profile fits: generation {g['intercept']:.3g} s + {g['slope']:.3g} s x B per step "
-              f"(R^2 {g['r2']:.3f}); the per-row cost equals the fixed cost at B = "
+    lines += ["", f"Profile fits: generation {_fit_text(g)} per step; the per-row cost equals the fixed cost at B = "
               f"{_fmt(until)}, {'so generation is bandwidth-bound below it' if until else 'no fixed-cost regime found'}"
-              f". Training {t['intercept']:.3g} s + {t['slope']:.3g} s per trained token (R^2 {t['r2']:.3f})."]
+              f". Training {_fit_text(t, x='tokens trained')}."]
   lines += ["", "## Decisions (each larger batch vs the smallest)", "",
             "| rule | base | candidate | q ratio | N* ratio [95% CI] | predicted faster | measured "
             "faster (runs' clocks) | censored |", "|---|---|---|---|---|---|---|---|"]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.timeouts import hang_timeout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--rounds", "2", "--hidden_size", "32", "--intermediate_size", "64", "--num_layers", "1",
@@ -19,7 +20,7 @@ HAVE_TRL = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "t
 def _run(script, *args):
   env = {**os.environ, "PYTHONPATH": ROOT}
   return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *args],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=hang_timeout(300))
 
 
 @pytest.mark.slow

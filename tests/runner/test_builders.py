@@ -130,3 +130,13 @@ def test_model_remat_setting():
   config = tiny_config()
   config.model.remat = None
   assert model_remat(config) is False
+
+
+@pytest.mark.parametrize("source, sft_steps, label", [
+    ("builtin", 30, "warm start"),
+    ("builtin", 0, "base checkpoint (no SFT)"),
+    ("hf", 30, "base checkpoint (no SFT)"),  # SFT never runs on an HF checkpoint
+])
+def test_starting_point_is_named_for_what_rl_starts_from(source, sft_steps, label):
+  config = ml_collections.ConfigDict({"model": {"source": source}, "sft": {"steps": sft_steps}})
+  assert builders.starting_point_label(config) == label

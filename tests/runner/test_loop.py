@@ -60,6 +60,12 @@ def test_run_writes_outputs(full_run):
   for key in ("warm_start_accuracy", "final_accuracy", "wall_seconds", "steps", "samples_consumed"):
     assert key in on_disk
   assert on_disk["steps"] == 4
+  # Two rates named apart (was one `steps_per_second` over compute time, read against the
+  # progress bar's wall-clock rate).
+  assert "steps_per_second" not in on_disk
+  assert on_disk["steps_per_wall_second"] == pytest.approx(4 / on_disk["wall_seconds"])
+  compute = sum(on_disk["phase_seconds"][p] for p in ("generation", "reward", "training"))
+  assert on_disk["steps_per_compute_second"] == pytest.approx(4 / compute)
   assert on_disk["samples_consumed"] == 4 * 2 * 2  # steps x P x G
   records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
   assert [r["step"] for r in records] == [0, 1, 2, 3, 4]

@@ -64,3 +64,16 @@ def test_running_mean_by_hand():
 ])
 def test_run_title_names_algorithm_batch_and_lr_rule(kwargs, title):
   assert plots.run_title(**kwargs) == title
+
+
+def test_wall_time_curves_put_the_starting_policy_at_zero(tmp_path, monkeypatch):
+  # The step-0 record's clock holds its own evaluation (5.2 s); the policy it evaluates exists
+  # at the RL clock's start. Step 2's point keeps its clock (1.0 s + 5.2 s).
+  records = [dict(r, **{"wall/total": r["wall/total"] + 5.2}) for r in _records()]
+  figures = []
+  monkeypatch.setattr(plots.plt, "close", figures.append)
+  plots.plot_curves(records, str(tmp_path), title="t", group_size=4)
+  wall_figure = figures[1]
+  accuracy = wall_figure.axes[0].get_lines()[0]
+  np.testing.assert_allclose(accuracy.get_xdata(), [0.0, 6.2, 7.2])
+  assert records[0]["wall/total"] == 5.2  # the caller's records are not changed

@@ -13,6 +13,7 @@ import pytest
 from rlscale.runner.loop import train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
 from tests.runner.runner_configs import comparable, tiny_config
+from tests.timeouts import hang_timeout
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIG = os.path.join(REPO, "experiments", "configs", "default.py")
@@ -46,7 +47,7 @@ def test_sigterm_writes_checkpoint_and_exits_cleanly(tmp_path):
     time.sleep(0.5)
   assert proc.poll() is None, proc.communicate()[0]
   proc.send_signal(signal.SIGTERM)
-  output, _ = proc.communicate(timeout=120)
+  output, _ = proc.communicate(timeout=hang_timeout(60))
   assert proc.returncode == 0, output
   assert "interrupted: checkpoint written at step" in output
   last_logged = read_metrics(str(metrics))[-1]["step"]
@@ -58,7 +59,7 @@ def test_checkpoint_from_two_devices_resumes_on_one(tmp_path):
   """A 2-device run checkpoints steps 2 and 4; with step 4 dropped, a 1-device run restores the
   step-2 state (host arrays, no device topology) and continues to step 4."""
   proc = _main(tmp_path, "--config.train.total_steps=4", devices=2)
-  output, _ = proc.communicate(timeout=300)
+  output, _ = proc.communicate(timeout=hang_timeout(150))
   assert proc.returncode == 0, output
   assert "2 device(s)" in output
   checkpoints = tmp_path / "checkpoints"

@@ -4,6 +4,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from tests.timeouts import hang_timeout
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -68,7 +69,7 @@ def test_sampler_on_two_devices():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
   result = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+                          timeout=hang_timeout(300), check=False)
   assert result.returncode == 0 and "MULTIDEVICE_OK" in result.stdout, result.stdout + result.stderr
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from tests.timeouts import hang_timeout
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 RUN_KEYS = {"name", "prompts_per_step", "group_size", "batch_size", "lr_rule", "learning_rate",
@@ -59,16 +60,16 @@ def test_batch_lr_smoke_sweep_then_report(tmp_path):
   cpu_start = _children_cpu_seconds()
   sweep_dir = str(tmp_path / "sweep")
   _run("rlscale.sweep", "--config=experiments/sweeps/batch_lr.py:smoke", f"--workdir={sweep_dir}",
-       timeout=900)
+       timeout=hang_timeout(450))
   with open(os.path.join(sweep_dir, "sweep.json")) as f:
     statuses = json.load(f)
   assert statuses["failed"] == 0
   assert {r["status"] for r in statuses["runs"]} == {"done"}
   # Rerunning skips the finished runs.
   out = _run("rlscale.sweep", "--config=experiments/sweeps/batch_lr.py:smoke",
-             f"--workdir={sweep_dir}", timeout=120)
+             f"--workdir={sweep_dir}", timeout=hang_timeout(60))
   assert "8 of 8 runs already finished" in out.stdout
-  _run("rlscale.report", sweep_dir, timeout=120)
+  _run("rlscale.report", sweep_dir, timeout=hang_timeout(60))
   elapsed, cpu = time.perf_counter() - start, _children_cpu_seconds() - cpu_start
   report = check_report(sweep_dir)
   assert len(report["runs"]) == 8
@@ -87,7 +88,7 @@ def test_batch_lr_smoke_sweep_then_report(tmp_path):
 def test_other_sweep_files_smoke(tmp_path, sweep_file, parallel, runs):
   sweep_dir = str(tmp_path / "sweep")
   _run("rlscale.sweep", f"--config=experiments/sweeps/{sweep_file}:smoke", f"--workdir={sweep_dir}",
-       f"--parallel={parallel}", timeout=900)
+       f"--parallel={parallel}", timeout=hang_timeout(450))
   with open(os.path.join(sweep_dir, "sweep.json")) as f:
     statuses = json.load(f)
   assert [r["status"] for r in statuses["runs"]] == ["done"] * runs
@@ -95,7 +96,7 @@ def test_other_sweep_files_smoke(tmp_path, sweep_file, parallel, runs):
     assert all(r["command"].startswith("python -m rlscale.main") for r in statuses["runs"])
     assert all(os.path.exists(os.path.join(sweep_dir, "runs", r["name"], "sweep_log.txt"))
                for r in statuses["runs"])
-  _run("rlscale.report", sweep_dir, timeout=120)
+  _run("rlscale.report", sweep_dir, timeout=hang_timeout(60))
   report = check_report(sweep_dir)
   assert len(report["runs"]) == runs
 
@@ -117,7 +118,7 @@ def _failing_sweep(tmp_path, runs, *flags):
   sweep_dir = str(tmp_path / "sweep")
   out = subprocess.run([sys.executable, "-m", "rlscale.sweep", f"--config={sweep_file}",
                         f"--workdir={sweep_dir}", *flags], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
+                       text=True, timeout=hang_timeout(300))
   assert out.returncode == 1, out.stderr[-3000:]  # exit status = failed runs
   with open(os.path.join(sweep_dir, "sweep.json")) as f:
     return sweep_dir, {r["name"]: r for r in json.load(f)["runs"]}

@@ -43,3 +43,15 @@ def test_time_optimal_batch_matches_a_brute_force_minimum():
   assert best == pytest.approx(math.sqrt(2.0 * 256 / 0.01))
   assert best == pytest.approx(grid[np.argmin(time_to_target)], rel=1e-3)
   assert fits.time_optimal_batch(step, fits.NoiseFit(1.0, math.inf, 1.0)) == math.inf
+
+
+def test_cost_line_text_signs_too_few_points_and_unphysical_slopes():
+  # The newcomer's case: 2 batch sizes, step time falling with B.
+  two = fits.fit_line([4, 8], [3.13 - 0.299 * 4, 3.13 - 0.299 * 8])
+  assert two.n_points == 2 and not fits.fit_is_usable(two)
+  assert fits.cost_line_text(two) == "too few batch sizes to fit (n=2)"
+  falling = fits.fit_line([4, 8, 16], [3.13 - 0.299 * b for b in (4, 8, 16)])
+  assert fits.cost_line_text(falling).startswith("3.13 s - 0.299 s x B (negative per-row cost: "
+                                                 "not physical")
+  rising = fits.fit_line([8, 16, 32], [2.0 + 0.01 * b for b in (8, 16, 32)])._asdict()
+  assert fits.fit_is_usable(rising) and fits.cost_line_text(rising) == "2 s + 0.01 s x B"

@@ -10,6 +10,7 @@ import pytest
 from rlscale.scaling import figures
 from rlscale.scaling import report as report_lib
 from rlscale.scaling import report_writer
+from tests.timeouts import hang_timeout
 
 LR0 = 1e-4
 
@@ -182,6 +183,29 @@ def test_target_never_reached_is_a_lower_bound_not_a_time(sweep_dir, tmp_path):
   assert "censored" in header.split(",") and len(lines) == len(report["groups"])
 
 
+def test_figure_4_draws_censored_groups_as_lower_bounds_without_lines(sweep_dir, tmp_path,
+                                                                      monkeypatch):
+  # Target 0.9: every group is censored, so no line may join its points (a trend through lower
+  # bounds); each is an open marker with an upward arrow, named in the legend.
+  report = report_lib.build_report(sweep_dir, target=0.9, window=1)
+  saved = {}
+  monkeypatch.setattr(figures, "_save", lambda fig, out_dir, name: saved.setdefault(name, fig))
+  figures.target_figure(report, str(tmp_path))
+  samples_axis = saved["fig4_target_vs_batch.png"].axes[0]
+  points = [line for line in samples_axis.get_lines() if line.get_marker() == "o"]
+  assert points and all(line.get_linestyle() == "None" for line in points)
+  assert all(line.get_markerfacecolor() == "none" for line in points)
+  labels = [t.get_text() for t in samples_axis.get_legend().get_texts()]
+  assert labels and all("lower bound" in label for label in labels)
+
+
+def test_step_cost_fit_with_two_batch_sizes_is_not_reported_as_a_fit(sweep_dir):
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  assert report["step_cost_fit"]["n_points"] == 2
+  assert "Step cost fit: t(B) = too few batch sizes to fit (n=2)." in report_writer.markdown(
+      report, [])
+
+
 def test_runs_without_an_rl_step_are_left_out(sweep_dir, tmp_path):
   # "d" holds only its warm-start evaluation (0.2 at 0 responses): counted, its lower bound (0)
   # would pull the B = 16 none group's N* from 32 down to 16.
@@ -265,7 +289,7 @@ def test_cli_names_a_file_given_as_the_sweep_directory(tmp_path):
   path = tmp_path / "a_file"
   path.write_text("")
   out = subprocess.run([sys.executable, "-m", "rlscale.report", str(path)], capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=hang_timeout(60))
   assert out.returncode == 2
   assert out.stderr == (f"error: sweep directory {str(path)!r} is a file; pass the sweep's "
                         "--workdir\n")

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from rlscale.scaling import throughput
+from tests.timeouts import hang_timeout
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -45,7 +46,7 @@ def test_smoke_profile_writes_json_and_plot(tmp_path):
   out = subprocess.run(
       [sys.executable, "-m", "rlscale.throughput", "--config=experiments/sweeps/batch_lr.py:smoke",
        "--prompts_per_step=2,4", f"--out={tmp_path}", "--warmup=1", "--repeats=2"],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+      cwd=ROOT, capture_output=True, text=True, timeout=hang_timeout(150))
   assert out.returncode == 0, out.stderr[-3000:]
   with open(tmp_path / "throughput.json") as f:
     profile = json.load(f)

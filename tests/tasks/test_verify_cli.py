@@ -14,6 +14,7 @@ from tests.tasks.test_verifier_table import NEW_KIND_ROWS
 from tests.tasks.test_verifier_table import PERCENT_WORD_ROWS
 from tests.tasks.test_verifier_table import SCIENTIFIC_ROWS
 from tests.tasks.test_verifier_table import UNIT_ROWS
+from tests.timeouts import hang_timeout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _run(*args):
   env = dict(os.environ, PYTHONPATH=ROOT)
   proc = subprocess.run([sys.executable, "-m", "rlscale.verify", *args], capture_output=True,
-                        text=True, timeout=60, cwd=ROOT, env=env)
+                        text=True, timeout=hang_timeout(30), cwd=ROOT, env=env)
   return proc.returncode, proc.stdout
 
 
@@ -48,7 +49,7 @@ def test_cli_does_not_import_jax():
           "print(sorted(m for m in ('jax', 'sympy', 'tensorflow_datasets', 'reasoning_gym')"
           " if m in sys.modules))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+                       timeout=hang_timeout(30), env=dict(os.environ, PYTHONPATH=ROOT)).stdout
   assert out.strip() == "[]"
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.train import update_problem as problem
+from tests.timeouts import hang_timeout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,7 +27,7 @@ def _env(num_devices: int) -> dict:
 @pytest.mark.slow
 def test_same_update_on_1_2_4_8_devices_and_4_microbatches():
   out = subprocess.run([sys.executable, "-m", "tests.train.update_worker", "devices"], cwd=ROOT,
-                       env=_env(8), capture_output=True, text=True, timeout=600, check=False)
+                       env=_env(8), capture_output=True, text=True, timeout=hang_timeout(300), check=False)
   assert out.returncode == 0, out.stderr[-3000:]
   results = json.loads(out.stdout.strip().splitlines()[-1])
   assert set(results) == {"grpo_D2", "grpo_D4", "grpo_D8", "grpo_D2_micro4", "ppo_D4"}
@@ -52,7 +53,7 @@ def test_two_processes_match_one(tmp_path):
   procs = [subprocess.Popen([sys.executable, "-m", "tests.train.update_worker", "process", str(i),
                              str(port), outs[i]], cwd=ROOT, env=_env(2), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True) for i in range(2)]
-  logs = [p.communicate(timeout=300)[0] for p in procs]
+  logs = [p.communicate(timeout=hang_timeout(150))[0] for p in procs]
   assert all(p.returncode == 0 for p in procs), "\n".join(log[-2000:] for log in logs)
   reference = problem.run_updates(problem.rl_config("grpo", kl_coef=0.1))
   flat = {jax.tree_util.keystr(path): np.asarray(leaf)

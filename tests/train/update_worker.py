@@ -17,6 +17,7 @@ import numpy as np
 from rlscale.train import state as state_lib
 from rlscale.train import update as update_lib
 from tests.train import update_problem as problem
+from tests.timeouts import hang_timeout
 
 # Per-device quantities that legitimately depend on the split.
 SPLIT_DEPENDENT = ("gns_grad_sq_small", "gns_batch_small")
@@ -57,7 +58,8 @@ def compare_device_counts() -> dict:
 
 def run_process(process_id: int, port: int, out: str) -> None:
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
-                             process_id=process_id)
+                             process_id=process_id,
+                             initialization_timeout=int(hang_timeout(30)))
   rl = problem.rl_config("grpo", kl_coef=0.1)
   params, critic = problem.initial_params(rl)
   # The whole batch on one local device (no collectives), then this process's quarter-rows.

@@ -1,0 +1,104 @@
+"""Ctrl-C / SIGTERM handling for a run: the first signal is acknowledged at once and stops the run
+cleanly after the current step (checkpoint written); a second one stops the process immediately.
+
+Python runs signal handlers only in the main thread between bytecodes, so a handler alone says
+nothing while the main thread sits in a long C call (XLA compiling the first step took ~3 minutes
+on a loaded machine). The C-level handler still writes each signal's number to the wakeup fd
+(`signal.set_wakeup_fd`); a daemon thread reading that fd prints the acknowledgement and, on the
+second signal, exits with 128 + signum without running the rest of the step. Checkpoints are
+written atomically (rlscale.runner.checkpoints), so the last complete one is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Callable
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def acknowledgement(step: int) -> str:
+  """The line printed on the first signal while step `step` (1-based) runs."""
+  return (f"interrupt received: finishing step {step}, then writing a checkpoint; press Ctrl-C "
+          "again to stop without one")
+
+
+class StopFlag:
+  """Context manager: `.stop` becomes True on SIGINT/SIGTERM; the loop checkpoints and exits at the
+  end of the step. `current_step()` -> the 1-based step now running, for the acknowledgement.
+
+  A second signal prints one line and ends the process with os._exit(128 + signum) (130 for
+  Ctrl-C, 143 for SIGTERM). Outside the main thread (some notebook kernels) nothing is installed.
+  """
+
+  def __init__(self, current_step: Callable[[], int] = lambda: 0, *,
+               message: Callable[[], str] | None = None,
+               on_signal: Callable[[int], None] | None = None):
+    """`message()` replaces the acknowledgement line; `on_signal(signum)` runs (in the watcher
+    thread) on every signal before it is acted on, e.g. a sweep forwarding it to its runs."""
+    self.stop = False
+    self.signum = None  # the first signal received
+    self._current_step = current_step
+    self._message = message or (lambda: acknowledgement(self._current_step()))
+    self._on_signal = on_signal
+    self._previous = {}
+    self._previous_wakeup = None
+    self._pipe = None
+    self._received = 0
+
+  def __enter__(self):
+    if threading.current_thread() is not threading.main_thread():
+      return self
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)  # set_wakeup_fd requires a non-blocking fd
+    self._pipe = (read_fd, write_fd)
+    for sig in SIGNALS:
+      self._previous[sig] = signal.signal(sig, self._handle)
+    self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(target=self._watch, args=(read_fd,), daemon=True,
+                     name="rlscale-interrupts").start()
+    return self
+
+  def _handle(self, signum, frame):  # pylint: disable=unused-argument
+    # Runs late (between bytecodes); the watcher thread has already acted on the signal.
+    self.stop = True
+
+  def _watch(self, read_fd: int) -> None:
+    while True:
+      try:
+        data = os.read(read_fd, 64)
+      except OSError:
+        return
+      if not data:  # write end closed by __exit__
+        os.close(read_fd)
+        return
+      for signum in data:
+        if signum not in SIGNALS:
+          continue
+        self._received += 1
+        self.stop = True
+        self.signum = self.signum or signum
+        if self._on_signal is not None:
+          self._on_signal(signum)
+        if self._received == 1:
+          _say(self._message())
+        else:
+          _say("second interrupt: stopping now without a checkpoint (the last checkpoint is "
+               "kept; run the same command to resume from it)")
+          os._exit(128 + signum)  # pylint: disable=protected-access
+
+  def __exit__(self, *exc):
+    if self._pipe is None:
+      return
+    signal.set_wakeup_fd(self._previous_wakeup)
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    os.close(self._pipe[1])  # the watcher reads EOF and closes the read end
+    self._pipe = None
+
+
+def _say(line: str) -> None:
+  # os.write, not print: the main thread may hold sys.stderr's lock (tqdm's progress bar).
+  os.write(2, ("\n" + line + "\n").encode())
