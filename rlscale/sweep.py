@@ -52,6 +52,11 @@ def _main(argv):
   summary = sweep.run_sweep(spec, _WORKDIR.value, overrides=overrides, parallel=_PARALLEL.value,
                             shard=shard)
   failed = summary["failed"]
+  if summary["interrupted_by"] is not None:
+    stopped = sum(s == "interrupted" for s in summary["statuses"].values())
+    print(f"sweep: interrupted ({stopped} run(s) stopped at a checkpoint, {failed} failed); "
+          f"statuses in {summary['record']}; rerun the same command to resume")
+    raise SystemExit(128 + int(summary["interrupted_by"]))
   print(f"sweep: {len(summary['runs'])} runs, {failed} failed; statuses in {summary['record']}")
   raise SystemExit(min(failed, sweep.MAX_EXIT_STATUS))
 

@@ -24,8 +24,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import types
@@ -33,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 from rlscale import outputs
 from rlscale.runner.config_files import flatten_config, import_python_file, load_config_file
+from rlscale.runner.interrupts import StopFlag
 from rlscale.scaling import hyper
 from rlscale.scaling import pinned
 
@@ -193,13 +196,22 @@ def prepare_warm_starts(runs: Sequence[Run], workdir: str, log: Callable[[str], 
 
 
 class Progress:
-  """ETA bookkeeping: seconds per response measured on finished runs (per batch size when
-  available), applied to each run's budget in responses."""
+  """Progress lines and ETA bookkeeping: seconds per response measured on finished runs (per batch
+  size when available), applied to each run's budget in responses.
+
+  `runs` is the sweep's whole plan: a run is numbered by its place in it ("run 3/8"), the same on
+  its start and done lines however runs finish or are skipped (with --parallel, a count of
+  started or finished runs would give two runs one number)."""
 
   def __init__(self, runs: Sequence[Run], parallel: int, log: Callable[[str], None] = print):
     self.runs, self.parallel, self.log = list(runs), max(1, parallel), log
+    self.number = {run.name: i + 1 for i, run in enumerate(self.runs)}
     self.seconds_per_sample: dict[int, list[float]] = {}
     self.done = 0
+
+  def label(self, run: Run) -> str:
+    """"run 3/8": the run's place in the plan, for its progress lines."""
+    return f"run {self.number[run.name]}/{len(self.runs)}"
 
   @staticmethod
   def _batch(run: Run) -> int:
@@ -233,12 +245,12 @@ class Progress:
   def started(self, run: Run, pending: Sequence[Run]) -> None:
     estimate = self.estimate(run)
     eta = _minutes(estimate) if estimate is not None else "unknown"
-    self.log(f"sweep [{self.done + 1}/{len(self.runs)}] start {run.name}: run ETA {eta}; "
+    self.log(f"sweep: {self.label(run)} start {run.name}: run ETA {eta}; "
              f"{self.remaining_line(pending)}")
 
   def finished(self, run: Run, status: str, seconds: float, pending: Sequence[Run]) -> None:
-    self.log(f"sweep [{self.done}/{len(self.runs)}] {status} {run.name} in {seconds:.0f} s; "
-             f"{self.remaining_line(pending)}")
+    self.log(f"sweep: {self.label(run)} {status} {run.name} in {seconds:.0f} s; "
+             f"{len(pending)} left, {self.remaining_line(pending)}")
 
 
 def _minutes(seconds: float) -> str:
@@ -257,6 +269,7 @@ class SweepRecord:
     self.meta = meta
     self.entries = {r.name: {"name": r.name, "overrides": r.overrides, "aliases": r.aliases,
                              "status": "pending", "seconds": None, "error": None} for r in runs}
+    self.interrupted_by: int | None = None  # the signal that stopped the sweep, if one did
 
   def set(self, name: str, **fields) -> None:
     self.entries[name].update(fields)
@@ -344,8 +357,10 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   `python -m rlscale.main ...` (`run_command`) pinned to its share of the cores, at most
   `parallel` at a time, with its output in <workdir>/runs/<name>/sweep_log.txt. A failed run is
   recorded with its error and the others continue; when it stopped before writing results its
-  directory is removed and the log's last lines are kept in sweep.json (`log_tail`). Ctrl-C
-  stops the sweep (an in-process run checkpoints first; rerunning resumes it)."""
+  directory is removed and the log's last lines are kept in sweep.json (`log_tail`). Ctrl-C or
+  SIGTERM stops the sweep: the running runs checkpoint first (an in-process run by itself, run
+  processes as _execute_processes forwards the signal), are recorded as interrupted, and
+  `record.interrupted_by` names the signal; rerunning the same command resumes them."""
   os.makedirs(os.path.join(workdir, RUNS_DIR), exist_ok=True)
   record = SweepRecord(workdir, runs, meta or {}, shard)
   todo = []
@@ -360,7 +375,7 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   if not todo:
     return record
   prepare_warm_starts(todo, workdir, log)
-  progress = Progress(todo, parallel, log)
+  progress = Progress(runs, parallel, log)
   if parallel <= 1:
     for i, run in enumerate(todo):
       progress.started(run, todo[i:])
@@ -371,7 +386,7 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
       progress.record(run, seconds, measured=status == "done")
       progress.finished(run, status, seconds, todo[i + 1:])
       if status == "interrupted":
-        log("sweep: interrupted; run the same command again to resume")
+        record.interrupted_by = signal.SIGINT
         break
     return record
   _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, record, progress, log)
@@ -384,39 +399,64 @@ def start_run_process(argv: Sequence[str], cores: Sequence[int], log_path: str):
   (Popen, the open log file). The child pins itself (rlscale.scaling.pinned) so that this process,
   which may have JAX's threads running, is never forked: no `preexec_fn`."""
   out = open(log_path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+  # Own session: a terminal's Ctrl-C goes to the sweep only, which forwards it once (a second
+  # signal would stop the run without its checkpoint).
   proc = subprocess.Popen(pinned.command(argv, cores), stdout=out, stderr=subprocess.STDOUT,
-                          env=thread_env(len(cores)))
+                          env=thread_env(len(cores)), start_new_session=True)
   return proc, out
 
 
 def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, record, progress, log):
-  """The process pool of `execute` (parallel > 1)."""
+  """The process pool of `execute` (parallel > 1).
+
+  SIGINT/SIGTERM (rlscale.runner.interrupts.StopFlag): one line at once, the signal forwarded to
+  every running run (each finishes its step, checkpoints and exits; a second signal stops them
+  at once), no new run started; the stopped runs are recorded as interrupted. Run processes live
+  in their own session, so a terminal's Ctrl-C reaches them only through this forward (once), and
+  die with this process (rlscale.scaling.pinned.die_with_parent)."""
   slots = core_sets(parallel)
   queue = list(todo)
   active: dict[int, tuple[subprocess.Popen, Run, float, Any]] = {}
-  try:
-    while queue or active:
-      for slot in range(parallel):
-        if slot in active or not queue:
-          continue
-        run = queue.pop(0)
-        run_dir = os.path.join(workdir, RUNS_DIR, run.name)
-        os.makedirs(run_dir, exist_ok=True)
-        argv = run_command(run, sweep_spec, workdir, cli_overrides)
-        progress.started(run, [run] + queue + [a[1] for a in active.values()])
-        proc, out = start_run_process(argv, slots[slot], os.path.join(run_dir, RUN_LOG))
-        record.set(run.name, status="running", command=shell_command(argv))
-        active[slot] = (proc, run, time.perf_counter(), out)
+  lock = threading.Lock()  # starting a run vs forwarding a signal to the running ones
+
+  def forward(signum):
+    with lock:
+      for proc, *_ in active.values():
+        if proc.poll() is None:
+          proc.send_signal(signum)
+
+  def message():
+    return (f"sweep: interrupt received: {len(active)} running run(s) finish their step and write "
+            "a checkpoint, no new run starts; press Ctrl-C again to stop them without one")
+
+  with StopFlag(message=message, on_signal=forward) as stop:
+    while (queue and not stop.stop) or active:
+      with lock:
+        for slot in range(parallel):
+          if slot in active or not queue or stop.stop:
+            continue
+          run = queue.pop(0)
+          run_dir = os.path.join(workdir, RUNS_DIR, run.name)
+          os.makedirs(run_dir, exist_ok=True)
+          argv = run_command(run, sweep_spec, workdir, cli_overrides)
+          progress.started(run, [run] + queue + [a[1] for a in active.values()])
+          proc, out = start_run_process(argv, slots[slot], os.path.join(run_dir, RUN_LOG))
+          record.set(run.name, status="running", command=shell_command(argv))
+          active[slot] = (proc, run, time.perf_counter(), out)
       time.sleep(0.5)
       for slot, (proc, run, t0, out) in list(active.items()):
         if proc.poll() is None:
           continue
         out.close()
-        del active[slot]
+        with lock:
+          del active[slot]
         seconds = time.perf_counter() - t0
         ok = proc.returncode == 0 and is_finished(workdir, run)
-        # A run stopped by a signal checkpoints and exits 0 (or 130 before its first step).
-        interrupted = proc.returncode in (0, 130) and not ok
+        # A run stopped by a signal checkpoints and exits 0 (or 130 before its first step, or
+        # 128 + signum / -signum when a second signal stopped it at once).
+        interrupted = not ok and (proc.returncode in (0, 130) or (
+            stop.stop and proc.returncode in (-signal.SIGINT, -signal.SIGTERM,
+                                              128 + signal.SIGINT, 128 + signal.SIGTERM)))
         status = "done" if ok else ("interrupted" if interrupted else "failed")
         run_dir = os.path.join(workdir, RUNS_DIR, run.name)
         fields = {"error": None}
@@ -428,17 +468,8 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
         record.set(run.name, status=status, seconds=seconds, **fields)
         progress.record(run, seconds, measured=ok)
         progress.finished(run, status, seconds, queue + [a[1] for a in active.values()])
-  except KeyboardInterrupt:
-    for proc, run, _, out in active.values():
-      proc.terminate()  # the runner checkpoints on SIGTERM
-    for proc, run, _, out in active.values():
-      proc.wait()
-      out.close()
-      log_tail = discard_unstarted(os.path.join(workdir, RUNS_DIR, run.name))
-      record.set(run.name, status="interrupted",
-                 **({} if log_tail is None else {"log_tail": log_tail}))
-    log("sweep: interrupted; run the same command again to resume")
-    raise
+  if stop.stop:
+    record.interrupted_by = stop.signum
 
 
 def sweep_file_and_arg(sweep_file: str | types.ModuleType, arg: str | None = None
@@ -515,7 +546,8 @@ def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | No
     log: progress lines.
 
   Returns: {"workdir", "record" (sweep.json path), "runs" (names, planned order), "statuses"
-  ({name: done | skipped | failed | interrupted | pending}), "failed" (count)}. Failed runs do not
+  ({name: done | skipped | failed | interrupted | pending}), "failed" (count), "interrupted_by"
+  (the signal number that stopped the sweep, or None)}. Failed runs do not
   raise. Raises ValueError for parallel < 1 and bad sweep input (`plan_sweep`), NotADirectoryError
   for a workdir that is a file."""
   if parallel < 1:
@@ -534,4 +566,4 @@ def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | No
                    meta=meta, shard=shard, log=log)
   statuses = {name: entry["status"] for name, entry in record.entries.items()}
   return {"workdir": workdir, "record": record.path, "runs": list(statuses),
-          "statuses": statuses, "failed": record.failed()}
+          "statuses": statuses, "failed": record.failed(), "interrupted_by": record.interrupted_by}

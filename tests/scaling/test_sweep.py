@@ -11,6 +11,7 @@ import pytest
 
 from rlscale.scaling import pinned
 from rlscale.scaling import sweep
+from tests.timeouts import hang_timeout
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 BATCH_LR = os.path.join(ROOT, "experiments", "sweeps", "batch_lr.py")
@@ -54,7 +55,7 @@ def test_core_sets_split_the_cores():
 
 def _cli(*args, cwd=ROOT):
   return subprocess.run([sys.executable, "-m", "rlscale.sweep", *args], cwd=cwd,
-                        capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=hang_timeout(60))
 
 
 def test_list_prints_one_command_per_run_of_the_shard(tmp_path):
@@ -103,7 +104,30 @@ def test_progress_eta_scales_seconds_per_response_to_each_budget(tmp_path):
   assert progress.estimate(runs[2]) == pytest.approx(32.0)
   assert progress.estimate(runs[0]) == pytest.approx(32.0)  # no B = 4 run yet: all runs' rate
   progress.started(runs[2], runs[2:])
-  assert logged[-1].startswith(f"sweep [2/3] start {runs[2].name}: run ETA 32 s; sweep ETA 16 s")
+  assert logged[-1].startswith(f"sweep: run 3/3 start {runs[2].name}: run ETA 32 s; "
+                               "sweep ETA 16 s")
+
+
+def test_progress_numbers_each_run_by_its_place_in_the_plan(tmp_path):
+  # --parallel=2, as the newcomer saw it: runs 1 and 2 start together and 2 finishes first. Every
+  # line names a run by its place in the plan (was "[1/8] start" twice, then "[1/8] done" for
+  # the second run and "[2/8] start" for the third).
+  runs = _plan("smoke", tmp_path)[:3]
+  logged = []
+  progress = sweep.Progress(runs, parallel=2, log=logged.append)
+  progress.started(runs[0], runs)
+  progress.started(runs[1], runs)
+  progress.record(runs[1], 32.0)
+  progress.finished(runs[1], "done", 32.0, [runs[0], runs[2]])
+  progress.started(runs[2], [runs[0], runs[2]])
+  progress.record(runs[0], 40.0)
+  progress.finished(runs[0], "done", 40.0, [runs[2]])
+  expected = [f"run 1/3 start {runs[0].name}:", f"run 2/3 start {runs[1].name}:",
+              f"run 2/3 done {runs[1].name} in 32 s; 2 left, sweep ETA ",
+              f"run 3/3 start {runs[2].name}:", f"run 1/3 done {runs[0].name} in 40 s; 1 left, "]
+  assert len(logged) == len(expected)
+  for line, start in zip(logged, expected):
+    assert line.startswith("sweep: " + start), (line, start)
 
 
 @pytest.mark.parametrize("module", ["rlscale.sweep", "rlscale.main"])
@@ -112,7 +136,7 @@ def test_config_file_without_get_config_is_one_error_line(tmp_path, module):
   path.write_text("x = 1\n")
   out = subprocess.run([sys.executable, "-m", module, f"--config={path}",
                         f"--workdir={tmp_path / 'w'}"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=hang_timeout(60))
   assert out.returncode == 2, out.stderr[-2000:]
   assert out.stderr == f"error: config file {str(path)!r} defines no get_config(arg=None)\n"
 
@@ -141,7 +165,7 @@ def test_run_process_pins_itself_and_the_parent_never_forks(tmp_path, monkeypatc
     warnings.simplefilter("always")
     proc, out = sweep.start_run_process([sys.executable, "-m", "show_affinity", "--x=1"], [core],
                                         str(log))
-    proc.wait(timeout=60)
+    proc.wait(timeout=hang_timeout(30))
     out.close()
   assert not [w for w in caught if "fork" in str(w.message)], [str(w.message) for w in caught]
   assert proc.returncode == 3  # the module's exit status is the process's
