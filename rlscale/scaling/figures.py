@@ -154,7 +154,7 @@ def target_figure(report, out_dir) -> str:
     ax.set_xlabel("batch B (responses per step)")
     ax.set_ylabel(label)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="LR rule (open, arrow up: censored, a lower bound)")
+    ax.legend(fontsize=7, title="LR rule\n(open, arrow up: censored,\na lower bound)", title_fontsize=7, loc="best", framealpha=0.6)
   ax = axes[2]
   dec = [d for d in report["decisions"] if d["throughput_ratio"] and d["samples_ratio"]]
   labels = {}  # decisions at the same point share one label
