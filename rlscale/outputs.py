@@ -27,11 +27,13 @@ from typing import Any, Callable, Iterator
 
 
 def write_atomic(path: str, data: str | bytes) -> None:
-  """Writes `data` (text as UTF-8) to `path` atomically: into `<path>.tmp` (created with the
+  """Writes `data` (text as UTF-8) to `path` atomically: into `<path>.<pid>.tmp` (created with the
   user's umask, as open() does), then renamed over `path`; the folder is created when missing.
+  The temporary name is per process, so processes writing the same file at once (the hosts of a
+  multi-host run sharing a warm-start cache, runs of a sweep) never interleave their bytes.
   On failure the temporary file and the folders created are removed, `path` keeps its previous
   content, and the exception propagates."""
-  tmp = f"{path}.tmp"
+  tmp = f"{path}.{os.getpid()}.tmp"
   created = make_dirs(os.path.dirname(os.path.abspath(path)))
   try:
     with open(tmp, "wb") as f:

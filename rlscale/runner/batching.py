@@ -22,13 +22,25 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
                    "raise it or shorten the prompt template")
 
 
-def encode_prompts(tokenizer, texts: Sequence[str], buckets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-  """Left-padded prompt tokens, padded to the smallest bucket that holds the longest prompt.
+def longest_prompt(tokenizer, texts: Sequence[str]) -> int:
+  """Tokens in the longest of `texts`."""
+  return max(len(tokenizer.encode(t)) for t in texts)
+
+
+def encode_prompts(tokenizer, texts: Sequence[str], buckets: Sequence[int], *,
+                   longest: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """Left-padded prompt tokens, padded to the smallest bucket that holds the longest prompt, or
+  `longest` tokens when given (a length the processes of a multi-host run agree on, so their
+  batches share one width; it must be at least this batch's longest prompt).
 
   Returns: tokens [P, Tp] int32 (pad_id on the left), mask [P, Tp] int32.
-  Raises: ValueError when a prompt exceeds every bucket or encodes to no tokens.
+  Raises: ValueError when a prompt exceeds every bucket or encodes to no tokens, or `longest` is
+  shorter than a prompt.
   """
-  width = bucket_length(max(len(tokenizer.encode(t)) for t in texts), buckets)
+  own = longest_prompt(tokenizer, texts)
+  if longest is not None and longest < own:
+    raise ValueError(f"longest={longest} is shorter than a prompt of {own} tokens")
+  width = bucket_length(own if longest is None else longest, buckets)
   return encode_batch_left_padded(tokenizer, texts, width)
 
 

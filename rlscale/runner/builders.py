@@ -18,6 +18,7 @@ from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
 from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
+from rlscale.runner import hosts as hosts_lib
 from rlscale.runner import plots
 from rlscale.runner import sft
 from rlscale.runner.batching import encode_prompts, encode_responses
@@ -74,13 +75,30 @@ class Run:
     return self.model_config.replace(param_dtype=self.export_dtype)
 
 
+def _env_int(name: str) -> int | None:
+  """The integer environment variable `name`, or None when unset; ValueError when not an int."""
+  value = os.environ.get(name)
+  if value is None or value == "":
+    return None
+  try:
+    return int(value)
+  except ValueError:
+    raise ValueError(f"environment variable {name}={value!r} must be an integer") from None
+
+
 def maybe_initialize_distributed(setting) -> None:
   """Calls `jax.distributed.initialize()` when asked: setting True, or "auto" with
-  JAX_COORDINATOR_ADDRESS set in the environment (see README, multi-host)."""
-  if setting is True or (setting == "auto" and os.environ.get("JAX_COORDINATOR_ADDRESS")):
-    jax.distributed.initialize()
-  elif setting not in (False, "auto", None):
+  JAX_COORDINATOR_ADDRESS set in the environment (see README, multi-host); nothing when this
+  process already joined (so the runner and a caller may both call it).
+
+  JAX reads JAX_COORDINATOR_ADDRESS itself; JAX_NUM_PROCESSES and JAX_PROCESS_ID are passed on as
+  num_processes / process_id (JAX detects them on Cloud TPU, SLURM and similar clusters only)."""
+  if setting not in (True, False, "auto", None):
     raise ValueError(f"config.distributed must be True, False or 'auto', got {setting!r}")
+  wanted = setting is True or (setting == "auto" and os.environ.get("JAX_COORDINATOR_ADDRESS"))
+  if wanted and not jax.distributed.is_initialized():
+    jax.distributed.initialize(num_processes=_env_int("JAX_NUM_PROCESSES"),
+                               process_id=_env_int("JAX_PROCESS_ID"))
 
 
 def prompt_buckets(max_prompt_tokens: int) -> tuple[int, ...]:
@@ -288,7 +306,9 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   maybe_initialize_distributed(config.get("distributed", "auto"))
   num_devices = jax.local_device_count()
   rl = resolve_rl_config(config.rl)
-  validate_rl_config(rl, num_devices=num_devices)
+  # The update's per-device batch is B / (all processes' devices).
+  validate_rl_config(rl, num_devices=jax.device_count())
+  hosts_lib.check_rl_config(rl, hosts_lib.current())
   check_model_source(config)
   model_remat(config)
   check_train_config(config)
@@ -343,7 +363,9 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
       learning_rate=scaled_learning_rate(config.optim, optimizer_args["batch_size"]),
       base_learning_rate=config.optim.learning_rate, lr_scaling=config.optim.lr_scaling,
       reference_batch=config.optim.reference_batch, schedule=config.optim.schedule)
-  log(f"setup: {num_devices} device(s), {title}; {total_steps} steps; model load and warm start "
+  processes = jax.process_count()
+  where = f" on each of {processes} processes" if processes > 1 else ""
+  log(f"setup: {num_devices} device(s){where}, {title}; {total_steps} steps; model load and warm start "
       f"{warm_start_seconds:.1f} s (not in the RL wall time)")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
              sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,

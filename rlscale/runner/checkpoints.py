@@ -5,6 +5,11 @@ device arrays: a pmapped array carries the saving topology and would not restore
 count. Restored trees are numpy; the runner replicates them for pmap, so a run saved on N devices
 resumes on M. Orbax writes each step into a temporary directory and renames it when complete, so a
 crash mid-write leaves the previous checkpoint as the latest good one.
+
+Several processes (orbax's multi-process convention): every process constructs the Checkpointer
+on the same directory (a file system all of them see) and calls `save` and `restore` at the same
+steps; orbax synchronises them, writes the host arrays and metadata from process 0 (the primary
+host), and every process reads them back on restore. The runner's metadata holds global counters.
 """
 
 from __future__ import annotations

@@ -32,6 +32,11 @@ def evaluation_key(eval_seed: int):
   return jax.random.fold_in(jax.random.key(eval_seed), 0x5EED)
 
 
+# The metrics an Evaluator returns.
+METRIC_NAMES = ("eval/greedy_accuracy", "eval/mean_reward", "eval/sampled_accuracy",
+                "eval/pass_at_k")
+
+
 def pad_to_multiple(arrays: Sequence[np.ndarray], multiple: int) -> tuple[list[np.ndarray], int]:
   """Pads the batch axis by repeating the last row so its size divides `multiple`.
 

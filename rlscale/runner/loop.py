@@ -14,6 +14,15 @@ at every step where the responses consumed cross a multiple of E (the first step
 >= k * E; with a fixed budget and B dividing E, every batch size evaluates at the same counts, and
 otherwise each record's `samples` holds the exact count). The warm start (0 samples) and the final
 step are always evaluated. Every evaluation uses the same key (`evaluate.evaluation_key`).
+
+Several processes (multi-host, `rlscale.runner.hosts`): each process samples its own share of the
+global P prompts (stream offsets and keys by process index); the batch statistics, advantages and
+the prompt and response widths are computed on the union of all processes' rows, the update step
+psums over every process's devices, so a step equals the one-process step on the union batch.
+Process 0 evaluates the whole held-out set (the others receive its metrics) and alone writes
+config.json, metrics.jsonl, TensorBoard, plots, summary.json and the policy; every process takes
+part in orbax's checkpoint save (orbax writes the host arrays from process 0). The workdir must be
+on a file system every process sees.
 """
 
 from __future__ import annotations
@@ -32,11 +41,13 @@ from rlscale.model import save_hf_checkpoint
 from rlscale.rl import dapo, masks
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import builders
-from rlscale.runner.batching import decode_responses, encode_prompts, train_widths, trim_rollout
+from rlscale.runner import hosts as hosts_lib
+from rlscale.runner.batching import (decode_responses, encode_prompts, longest_prompt, train_widths,
+                                     trim_rollout)
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.config_files import flatten_config
+from rlscale.runner.evaluate import METRIC_NAMES, accuracy_change_note, evaluation_key
 from rlscale.runner.interrupts import StopFlag
-from rlscale.runner.evaluate import accuracy_change_note, evaluation_key
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
 from rlscale.runner.timing import RunClock
@@ -135,11 +146,16 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   A run that fails (an exception or Ctrl-C) before it has written results leaves no half-made
   workdir: unless `holds_results(workdir)`, what the run added is removed, and the workdir itself
   when the run created it (`rlscale.outputs.removed_on_failure`); a workdir that existed before
-  keeps what it held.
+  keeps what it held. With several processes only process 0 removes anything: the workdir is
+  shared, and what another process would see as added may be process 0's.
 
   Raises: ValueError for an invalid config (naming the field and the allowed values),
   FileNotFoundError for a missing checkpoint or data path.
   """
+  builders.maybe_initialize_distributed(config.get("distributed", "auto"))
+  if not hosts_lib.joined().writer:
+    outputs.make_dirs(workdir)
+    return _train_and_evaluate(config, workdir, stop_after_steps)
   with outputs.removed_on_failure(workdir, keep=holds_results):
     return _train_and_evaluate(config, workdir, stop_after_steps)
 
@@ -161,14 +177,16 @@ def holds_results(workdir: str) -> bool:
 
 def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> dict[str, Any]:
   check_resume_config(workdir, config)
-  run = builders.build_run(config, workdir)
+  hosts = hosts_lib.current()
+  run = builders.build_run(config, workdir, log=print if hosts.writer else _quiet)
   # Wall time counts from here: the (cached, shared) warm start is reported apart, so runs of a
   # sweep are comparable whether or not they trained the warm start themselves.
   clock = RunClock()
   rl = run.rl_config
-  outputs.write_json(os.path.join(workdir, CONFIG_FILE),
-                     {"config": config.to_dict(), "rl_resolved": rl.to_dict()},
-                     indent=2, sort_keys=True, default=str)
+  if hosts.writer:
+    outputs.write_json(os.path.join(workdir, CONFIG_FILE),
+                       {"config": config.to_dict(), "rl_resolved": rl.to_dict()},
+                       indent=2, sort_keys=True, default=str)
 
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),
                               keep=config.train.keep_checkpoints)
@@ -188,24 +206,28 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
       run.log(f"run already complete ({step} steps); results: {summary_path}")
       with open(summary_path, encoding="utf-8") as f:
         summary = json.load(f)
-      if not os.path.isdir(os.path.join(workdir, POLICY_DIR)):  # finished before the export existed
+      if hosts.writer and not os.path.isdir(os.path.join(workdir, POLICY_DIR)):
+        # finished before the export existed
         summary["policy"] = export_policy(workdir, run.export_config, host_state.params,
                                           run.tokenizer)
         outputs.write_json(summary_path, summary, indent=2)
       return summary
-  logger = MetricsLogger(workdir, resume_step=step if latest is not None else None)
+  logger = (MetricsLogger(workdir, resume_step=step if latest is not None else None)
+            if hosts.writer else _NullLogger())
 
   base_key = jax.random.key(config.seed)
   eval_key = evaluation_key(config.task.get("eval_seed", 1234))
   if latest is None:
     with clock.measure("evaluation"):
-      warm_eval = run.evaluator(state.params, eval_key)
+      warm_eval = held_out_metrics(run, state.params, eval_key, hosts)
     logger.write({"step": 0, "samples": 0, **warm_eval, **clock.record(interval=False)})
     run.log(f"{run.starting_point}: held-out greedy accuracy "
             f"{warm_eval['eval/greedy_accuracy']:.3f}, "
             f"pass@{config.eval.pass_k} {warm_eval['eval/pass_at_k']:.3f}")
-    _save_warm_eval(workdir, warm_eval)
-    outputs.write_json(os.path.join(workdir, WARM_START_FILE), {"seconds": run.warm_start_seconds})
+    if hosts.writer:
+      _save_warm_eval(workdir, warm_eval)
+      outputs.write_json(os.path.join(workdir, WARM_START_FILE),
+                         {"seconds": run.warm_start_seconds})
   else:
     warm_eval = _load_warm_eval(workdir)
   # The first segment's model load + warm start seconds, whatever a resume's setup took.
@@ -217,14 +239,16 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
   first_step = step
   last_eval = None
   warned_out_of_rounds = False
-  bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True)
+  bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True,
+                  disable=not hosts.writer)
+  stopping = False
   with StopFlag(lambda: step + 1) as stop:
-    while step < total_steps and not stop.stop:
+    while step < total_steps and not stopping:
       step_key = jax.random.fold_in(base_key, step)
       samples_before = counters["samples"]
       record, state = _rl_step(run, state, step_key, counters, clock)
       record["optim/clipped"] = clip_fired(record["train/grad_norm"], clip_threshold)
-      if record.get("sampling/out_of_rounds") and not warned_out_of_rounds:
+      if record.get("sampling/out_of_rounds") and not warned_out_of_rounds and hosts.writer:
         warned_out_of_rounds = True
         tqdm.tqdm.write(_out_of_rounds_warning(run, record, step + 1))
       step += 1
@@ -235,7 +259,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
                         samples_after=counters["samples"], eval_every=config.train.eval_every,
                         eval_every_samples=config.train.get("eval_every_samples")):
         with clock.measure("evaluation"):
-          last_eval = run.evaluator(state.params, eval_key)
+          last_eval = held_out_metrics(run, state.params, eval_key, hosts)
         record.update(last_eval)
       # time/* covers everything since the previous record (the previous step's checkpoint too).
       record.update(clock.record())
@@ -243,7 +267,11 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
       bar.update(1)
       bar.set_postfix(reward=f"{record['reward/mean']:.3f}",
                       acc=f"{last_eval['eval/greedy_accuracy']:.3f}" if last_eval else "-")
-      if step % config.train.checkpoint_every == 0 or step == total_steps or stop.stop:
+      # The stop flag is read once per step (its watcher thread can set it at any moment); with
+      # several processes it counts when set on any (a signal reaches one), so all checkpoint and
+      # stop at the same step.
+      stopping = hosts_lib.any_process(stop.stop, hosts)
+      if step % config.train.checkpoint_every == 0 or step == total_steps or stopping:
         with clock.measure("checkpointing"):
           checkpointer.save(step, update_lib.unreplicate(state), {
               "step": step, "counters": counters,
@@ -251,11 +279,40 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
   bar.close()
   logger.close()
   checkpointer.close()
-  if stop.stop and step < total_steps:
+  if stopping and step < total_steps:
     run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
     return {"interrupted": True, "steps": step}
+  if not hosts.writer:
+    return {"steps": step, "samples_consumed": counters["samples"],
+            "prompts_consumed": counters["prompts"], "process_index": hosts.index,
+            "final_accuracy": (last_eval or {}).get("eval/greedy_accuracy")}
   return _finish(workdir, run, update_lib.unreplicate(state.params), warm_eval, step, counters,
                  clock)
+
+
+def _quiet(message: str) -> None:  # pylint: disable=unused-argument
+  """The log of processes other than 0: they print nothing (process 0 reports the run)."""
+
+
+class _NullLogger:
+  """MetricsLogger's interface for processes other than 0, which write no metrics."""
+
+  def write(self, record) -> None:  # pylint: disable=unused-argument
+    pass
+
+  def close(self) -> None:
+    pass
+
+
+def held_out_metrics(run, params, key, hosts: hosts_lib.Hosts) -> dict[str, float]:
+  """Held-out metrics (`run.evaluator`) on the whole held-out set: with several processes process 0
+  evaluates every prompt, exactly as a one-process run with as many local devices would, and the
+  other processes receive its metrics (float32-rounded; they only show them)."""
+  if hosts.count == 1:
+    return run.evaluator(params, key)
+  result = run.evaluator(params, key) if hosts.writer else {name: 0.0 for name in METRIC_NAMES}
+  shared = hosts_lib.from_writer({k: np.float32(result[k]) for k in METRIC_NAMES}, hosts)
+  return result if hosts.writer else {k: float(v) for k, v in shared.items()}
 
 
 class Generated(NamedTuple):
@@ -285,19 +342,25 @@ def _filler_rows(generated: Generated) -> np.ndarray:
   return np.asarray(generated.filler, bool)
 
 
-def _generate_groups(run, state, key, stream_position, clock) -> Generated:
-  """Samples G responses for each of the P prompts at `stream_position` and scores them.
+def _generate_groups(run, state, key, offsets, clock) -> Generated:
+  """Samples G responses for each prompt at the task-stream `offsets` (this process's share of a
+  round, `hosts.stream_offsets`) and scores them.
 
   With dynamic sampling every round pads its prompts to the largest bucket, so rounds can be mixed
-  in one batch. Times drawing, encoding and sampling as generation, decoding and scoring as reward
-  (`clock`, a RunClock)."""
+  in one batch; with several processes all pad to the bucket of the longest prompt of any process,
+  so their batches share one shape. Times drawing, encoding and sampling as generation, decoding
+  and scoring as reward (`clock`, a RunClock)."""
   rl = run.rl_config
-  P, G = rl.prompts_per_step, rl.group_size
+  G = rl.group_size
+  hosts = hosts_lib.current()
   with clock.measure("generation"):
-    examples = [run.task.train_example(stream_position + i) for i in range(P)]
+    examples = [run.task.train_example(i) for i in offsets]
+    texts = [run.task.format_prompt(e) for e in examples]
     buckets = run.prompt_buckets[-1:] if rl.dynamic_sampling else run.prompt_buckets
-    prompt_tokens, prompt_mask = encode_prompts(
-        run.tokenizer, [run.task.format_prompt(e) for e in examples], buckets)
+    longest = None
+    if hosts.count > 1:
+      longest = hosts_lib.global_max(longest_prompt(run.tokenizer, texts), hosts)
+    prompt_tokens, prompt_mask = encode_prompts(run.tokenizer, texts, buckets, longest=longest)
     # The G responses of a prompt share its prefill (rows p * G + g, groups adjacent).
     rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True,
                           samples_per_prompt=G)
@@ -334,10 +397,21 @@ def _concat(parts: list[Generated]) -> Generated:
                    np.concatenate([_filler_rows(p) for p in parts]))
 
 
+def _gather(generated: Generated, hosts: hosts_lib.Hosts) -> Generated:
+  """Every process's rows of `generated`, concatenated in process order (the one-process batch);
+  `generated` itself with one process."""
+  if hosts.count == 1:
+    return generated
+  rollout, rest = hosts_lib.gather_rows(
+      (tuple(generated.rollout), (generated.rewards, generated.scores, generated.correct,
+                                  _filler_rows(generated))), hosts)
+  return Generated(type(generated.rollout)(*rollout), *rest)
+
+
 def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, float]:
-  """Reward and length statistics over every response generated this step (before any DAPO
-  filtering), so the training-reward curve is not biased by the filter."""
-  everything = _concat(rounds)
+  """Reward and length statistics over every response generated this step by every process
+  (before any DAPO filtering), so the training-reward curve is not biased by the filter."""
+  everything = _gather(_concat(rounds), hosts_lib.current())
   stats = group_stats(everything.scores, everything.correct, group_size)
   lengths = np.asarray(everything.rollout.lengths)
   stats.update({
@@ -361,10 +435,13 @@ def _collect_rollouts(run, state, key, counters, clock) -> tuple[Generated, dict
   """
   rl = run.rl_config
   P, G = rl.prompts_per_step, rl.group_size
+  hosts = hosts_lib.current()
   rounds, parts, spare, kept = [], [], [], 0
   for round_index in range(MAX_SAMPLING_ROUNDS if rl.dynamic_sampling else 1):
-    generated = _generate_groups(run, state, jax.random.fold_in(key, round_index),
-                                 counters["prompts"], clock)
+    # This process's share of the round (all P with one process); counters stay global.
+    generated = _generate_groups(
+        run, state, hosts_lib.process_key(jax.random.fold_in(key, round_index), hosts),
+        hosts_lib.stream_offsets(counters["prompts"], P, hosts), clock)
     counters["prompts"] += P
     counters["samples"] += P * G
     rounds.append(generated)
@@ -414,8 +491,14 @@ def _behaviour_logp(run, state, sharded, rollout) -> tuple[np.ndarray, dict[str,
     return rollout.logp, {}
   sharded["old_logp"] = run.logp_fn(state.params, sharded)
   old_logp = np.asarray(sharded["old_logp"]).reshape(rollout.logp.shape)
+  return old_logp, _sampler_trainer_mismatch(old_logp, rollout)
+
+
+def _sampler_trainer_mismatch(old_logp, rollout) -> dict[str, float]:
+  """{"train/sampler_trainer_k3": mean k3 of the trainer's log-probs old_logp [B, Tr] against the
+  sampler's (rollout.logp) over the real tokens (rollout.response_mask)}."""
   mismatch = masks.masked_mean(kl_divergence("k3", old_logp, rollout.logp), rollout.response_mask)
-  return old_logp, {"train/sampler_trainer_k3": float(mismatch)}
+  return {"train/sampler_trainer_k3": float(mismatch)}
 
 
 def _rl_step(run, state, step_key, counters, clock):
@@ -430,19 +513,28 @@ def _rl_step(run, state, step_key, counters, clock):
 
 
 def update_batch(run, state, generated: Generated) -> tuple[dict, dict]:
-  """The update step's batch from a scored rollout batch: trimmed to its bucketed response width,
-  with the reference / critic / recomputed behaviour passes the config needs, advantages and the
-  loss mask, sharded over the devices.
+  """The update step's batch from a scored rollout batch: trimmed to its bucketed prompt and
+  response widths, with the reference / critic / recomputed behaviour passes the config needs,
+  advantages and the loss mask, sharded over the devices.
+
+  With several processes (`rlscale.runner.hosts`), `generated` holds this process's rows; the
+  widths, advantages, loss mask and statistics come from the union of every process's rows
+  (gathered in process order: the one-process batch), so every process trains on the same shapes
+  and the step equals the one-process step on the union; the device passes run on this process's
+  rows, and the returned batch holds this process's rows.
 
   Returns: (sharded batch with a leading device axis, record: mask stats, the sampler-trainer
   mismatch when old_logp is recomputed, tokens/trained)."""
   rl = run.rl_config
-  rollout, rewards = generated.rollout, generated.rewards
+  hosts = hosts_lib.current()
+  everything = _gather(generated, hosts)
   # Train on the batch's longest prompt and response, bucketed (a few static widths), not the
   # sampler's prompt bucket and response limit: the left padding and the columns after every
-  # response are compute without effect on the loss.
-  prompt_width, width = train_widths(rollout)
-  rollout = trim_rollout(rollout, width, prompt_width)
+  # response are compute without effect on the loss. Taken from the union so that every process
+  # trims to the same widths (the sharded update's shapes must match across processes).
+  prompt_width, width = train_widths(everything.rollout)
+  rollout = trim_rollout(generated.rollout, width, prompt_width)
+  union = rollout if hosts.count == 1 else trim_rollout(everything.rollout, width, prompt_width)
   batch = {
       "tokens": rollout.tokens,
       "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
@@ -457,19 +549,26 @@ def update_batch(run, state, generated: Generated) -> tuple[dict, dict]:
   if update_lib.uses_critic(rl):
     extras["values"] = run.value_fn(state.critic_params, sharded)
   flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
-  targets = run.advantage_fn(rewards, rollout.response_mask, old_logp=old_logp,
+  if hosts.count > 1:
+    # The passes above ran on this process's rows; advantages need every row.
+    flat = hosts_lib.gather_rows({**flat, "old_logp": old_logp}, hosts)
+    old_logp = flat.pop("old_logp")
+    if mismatch:
+      mismatch = _sampler_trainer_mismatch(old_logp, union)
+  targets = run.advantage_fn(everything.rewards, union.response_mask, old_logp=old_logp,
                              ref_logp=flat.get("ref_logp"), values=flat.get("values"))
   if "ref_logp" in extras:
     sharded["ref_logp"] = extras["ref_logp"]
   if "values" in extras:
     sharded["old_values"] = extras["values"]
   # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
-  loss_mask, mask_stats = _loss_mask(run, generated)  # truncation is judged at the full width
-  loss_mask = loss_mask[:, :width]
-  targets = {k: np.asarray(v) for k, v in targets.items()}
+  loss_mask, mask_stats = _loss_mask(run, everything)  # truncation is judged at the full width
+  loss_mask = hosts_lib.own_rows(loss_mask[:, :width], hosts)
+  targets = hosts_lib.own_rows({k: np.asarray(v) for k, v in targets.items()}, hosts)
   sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask},
                                         run.num_devices))
-  return sharded, {**mask_stats, **mismatch, "tokens/trained": int(batch["input_mask"].sum())}
+  tokens = int(union.prompt_mask.sum() + union.response_mask.sum())
+  return sharded, {**mask_stats, **mismatch, "tokens/trained": tokens}
 
 
 def train_phase(run, state, generated: Generated, update_key):
@@ -564,7 +663,8 @@ def _finish(workdir, run, params, warm_eval, step, counters, clock):
       "steps_per_compute_second": step / rl_seconds if rl_seconds else None,
       # Fraction of RL steps whose update gradient clipping changed (optim/clipped).
       "clipped_fraction": _mean_of(records, "optim/clipped"),
-      "num_devices": run.num_devices,
+      "num_devices": run.num_devices,  # local devices of each process
+      "num_processes": jax.process_count(),
       "plots": plots,
       "metrics": os.path.join(workdir, METRICS_FILE),
       "tensorboard": os.path.join(workdir, "tensorboard"),

@@ -36,3 +36,17 @@ def tiny_config(arg="smoke", **overrides):
 def comparable(records):
   """metrics.jsonl records without wall-clock fields (those differ between identical runs)."""
   return [{k: v for k, v in r.items() if not k.startswith(("wall/", "time/"))} for r in records]
+
+
+def multihost_config(sft_cache: str, total_steps: int):
+  """The tiny config for the multi-process runner tests: P = 4 prompts x G = 2 (so 2 processes
+  draw 2 prompts each), REINFORCE++ (advantages whitened over the whole batch) with the KL to
+  the reference in the reward and old_logp recomputed (both gathered across processes), DAPO's
+  overlong shaping and a 40-step warm start so response lengths and rewards vary from row to
+  row (with 5 steps every response runs to the limit and only the KL term varies), a learning
+  rate of 1e-3 so a step moves the parameters well above float32 noise, a checkpoint every step, and the warm start cached in `sft_cache` (shared by every process and run)."""
+  return tiny_config(rl__algorithm="reinforce_pp", rl__kl_coef=0.05, rl__old_logp="recompute",
+                     rl__overlong_buffer_frac=0.5, rl__prompts_per_step=4, rl__batch_size=8,
+                     train__total_steps=total_steps, train__checkpoint_every=1,
+                     train__keep_checkpoints=5, sft__cache_dir=sft_cache,
+                     optim__learning_rate=1e-3, sft__steps=40)

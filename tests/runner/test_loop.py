@@ -11,6 +11,7 @@ import pytest
 
 from rlscale.model import load_hf_checkpoint
 from rlscale.runner import builders
+from rlscale.runner import hosts as hosts_lib
 from rlscale.runner import loop
 from rlscale.runner.loop import clip_fired, group_stats, holds_results, train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
@@ -265,6 +266,21 @@ def test_a_run_failing_before_results_leaves_nothing_it_made(tmp_path, sft_cache
   with pytest.raises(type(exc)):
     train_and_evaluate(config, str(mine))
   assert _tree(mine) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("index, removed", [(0, True), (1, False)])
+def test_only_process_0_removes_a_failed_runs_files(tmp_path, monkeypatch, index, removed):
+  # In a shared workdir, process 1 sees process 0's files as added by the run: it must not remove
+  # them (nor the workdir); process 0 cleans up as a one-process run does.
+  monkeypatch.setattr(hosts_lib, "joined", lambda: hosts_lib.Hosts(index, 2))
+  def fail(config, workdir, stop_after_steps):
+    del config, stop_after_steps
+    (tmp_path / "run" / "config.json").write_text("{}")  # e.g. written by process 0
+    raise RuntimeError("process failed")
+  monkeypatch.setattr(loop, "_train_and_evaluate", fail)
+  with pytest.raises(RuntimeError, match="process failed"):
+    train_and_evaluate(tiny_config(), str(tmp_path / "run"))
+  assert _tree(tmp_path) == ([] if removed else ["run", "run/config.json"])
 
 
 def test_a_run_failing_after_a_checkpoint_keeps_it_and_resumes(full_run, tmp_path, sft_cache,
