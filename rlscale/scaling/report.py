@@ -523,10 +523,19 @@ def _scaling_fit(group_stats, throughput) -> dict:
       entry.update(n_min=fit.n_min, b_noise=_finite_or_none(fit.b_noise), r2=fit.r2)
       if throughput.step_line is not None:
         best = fits.time_optimal_batch(throughput.step_line, fit)
-        entry["predicted_time_optimal_batch"] = best if best is None else (
-            best if math.isfinite(best) else "larger than any tried (no samples penalty)")
+        entry["predicted_time_optimal_batch"] = _describe_optimal_batch(best)
     out[rule] = entry
   return out
+
+
+def _describe_optimal_batch(best: float | None) -> float | str | None:
+  """The fitted time-optimal batch, or words where the fit has no interior optimum: inf when N*
+  does not grow with B, 0 when it grows faster than linearly (fits.fit_samples_to_target)."""
+  if best is None or (math.isfinite(best) and best > 0):
+    return best
+  if math.isinf(best):
+    return "larger than any tried (no samples penalty)"
+  return "smaller than any tried (N* grows faster than linearly in B)"
 
 
 def _gns(runs: Sequence[RunData]) -> dict:

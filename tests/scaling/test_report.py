@@ -1,6 +1,7 @@
 """The report on hand-made run directories: every number worked out by hand."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -317,3 +318,17 @@ def test_a_report_failing_halfway_keeps_the_previous_one_whole(sweep_dir, tmp_pa
     report_writer.write_report(changed, sweep_dir, str(tmp_path / "new_out"))
   assert not (tmp_path / "new_out").exists()
   assert os.path.basename(paths["md"]) in before
+
+
+def test_superlinear_samples_to_target_is_described_not_reported_as_batch_zero():
+  # N* = 100, 600, 2000 at B = 16, 32, 64: the fitted line has a negative intercept, so
+  # fits gives B_noise = 0 and the optimum is below every batch tried (was printed as "0").
+  from rlscale.scaling import fits
+  noise = fits.fit_samples_to_target([16, 32, 64], [100, 600, 2000])
+  assert noise.b_noise == 0.0 and noise.n_min == 0.0
+  best = fits.time_optimal_batch(fits.Line(0.1, 0.01, 1.0), noise)
+  assert best == 0.0
+  assert report_lib._describe_optimal_batch(best).startswith("smaller than any tried")
+  assert report_lib._describe_optimal_batch(math.inf).startswith("larger than any tried")
+  assert report_lib._describe_optimal_batch(12.5) == 12.5
+  assert report_lib._describe_optimal_batch(None) is None
