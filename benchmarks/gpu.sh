@@ -34,4 +34,4 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 python benchmarks/run_all.py --quick --out "$OUT" --only "$ONLY" \
   --extra "sampler=--generators rlscale_cache,rlscale_cache_grouped_g8 --host_threads 1" \
   --extra "update_step=--tokens $TOKENS $MODEL" \
-  --extra "rl_step=$RL --trl_threads 1 $MODEL"
+  --extra "rl_step=$RL --trl_threads 1 --host_threads 1 $MODEL"

@@ -13,14 +13,17 @@ gradient clipping at norm 1 as both default to), float32, no gradient checkpoint
   rlscale: the runner's own step (`rlscale.runner.loop._rl_step` on the Run that
     `builders.build_run` makes from the W2 config, its sampler's EOS disabled: pmapped Sampler
     with the shared prefill, the verifier through `score_batch`, GRPO advantages, the pmapped update step
-    with its per-executable CPU compiler options).
+    with its per-executable CPU compiler options), at rollout.host_threads 1 (the runner's
+    default) and at the CPU count (row chunks decoded concurrently, what the config recommends for
+    long responses on a CPU); the better is rlscale's figure, as for TRL's thread counts.
   TRL: `GRPOTrainer` (loss_type "grpo", the same seq-mean-token-mean as rlscale's GRPO preset)
     with a reward function that calls the same verifier, at 1 torch thread and at the CPU count
     (the better is the peer's figure: on a busy 2-core machine 2 threads can stall; a thread
     count whose warm-up step takes STALL_FACTOR x the best one's is reported in
     trl_stalled_threads and not timed further, so a stall cannot hold the suite up for minutes).
 
-Order: rlscale compiles (one untimed step), then rounds of [TRL at each thread count, rlscale],
+Order: rlscale compiles (one untimed step per host-thread count), then rounds of [TRL at each
+thread count, rlscale at each host-thread count],
 so the systems alternate A, B, A, B within one process and a noisy machine shows in all of them.
 Round 1 is the warm-up; the report is the median over rounds 2..N (2..6 by default, 2..4 with
 --quick). Every step starts from the seed-0 weights and fresh Adam moments, so every step does the
@@ -33,7 +36,8 @@ backward and Adam into one executable, a log-prob forward over the same [B, T] b
 after the step, outside it), backward_optimizer (the step's rest: for rlscale training - forward,
 which includes the advantages and host transfers; for TRL total - the three above).
 
-Writes DIR/rl_step.json: seconds_per_step and splits (medians) per system, trl_by_threads, the
+Writes DIR/rl_step.json: seconds_per_step and splits (medians) per system (rlscale's with its
+host_threads), rlscale_by_host_threads, trl_by_threads, the
 ratio trl / rlscale, every step (seconds, splits, load average before it), compiles_after_warmup
 (JAX backend compiles in rounds 2..N, should be 0), the workload, machine, versions, peak RSS.
 Without torch / transformers / trl the TRL entries are null with the reason ("not installed").
@@ -126,7 +130,6 @@ def rlscale_config(directory: str, args):
   config.rollout.max_prompt_tokens = PROMPT_BUCKET
   config.rollout.max_new_tokens = args.new_tokens
   config.rollout.temperature = 1.0
-  config.rollout.host_threads = args.host_threads
   config.rl.prompts_per_step, config.rl.group_size = args.prompts, args.group
   config.rl.kl_coef = 0.0
   config.optim.learning_rate, config.optim.schedule = 1e-6, "constant"
@@ -138,7 +141,8 @@ class RlscaleStep:
   `rlscale_config`, with a sampler whose EOS is disabled; each call from the seed-0 weights with
   fresh Adam moments."""
 
-  def __init__(self, directory: str, args, workdir: str, compiles: list):
+  def __init__(self, directory: str, args, workdir: str, compiles: list, host_threads: int):
+    self.host_threads = host_threads
     self.compiles = compiles  # JAX backend compile events, appended by a listener
     run = builders.build_run(rlscale_config(directory, args), workdir, log=lambda _: None)
     model_config = dataclasses.replace(run.model_config, dtype=args.dtype)  # compute dtype
@@ -149,7 +153,7 @@ class RlscaleStep:
     sampler = Sampler(model_config, max_new_tokens=args.new_tokens,
                       sampling=SamplingConfig(temperature=1.0), eos_ids=(),
                       pad_id=run.tokenizer.pad_id, prompt_buckets=run.prompt_buckets,
-                      host_threads=args.host_threads)
+                      host_threads=host_threads)
     self.run = dataclasses.replace(
         run, model_config=model_config, sampler=sampler,
         update_fn=update_lib.make_update_fn(model_config, rl, self.optimizer))
@@ -197,17 +201,27 @@ def trl_available() -> str | None:
   return f"not installed: {', '.join(missing)}" if missing else None
 
 
-def run_interleaved(directory: str, args, rlscale: RlscaleStep, rounds: int,
+def rlscale_round(steppers: list[RlscaleStep], results: dict) -> None:
+  """One step of each rlscale variant, appended to results["rlscale"][str(host_threads)]."""
+  for stepper in steppers:
+    steps = results["rlscale"][str(stepper.host_threads)]
+    steps.append(stepper.step(len(steps) + 1))
+    print(f"  rlscale ({stepper.host_threads} host thread(s)) step {len(steps)}: "
+          f"{steps[-1]['seconds']:.2f} s", flush=True)
+
+
+def run_interleaved(directory: str, args, steppers: list[RlscaleStep], rounds: int,
                     thread_counts: list[int]) -> dict:
   """Runs TRL's GRPOTrainer for `rounds` rounds of one step per thread count; after each round's
-  TRL steps a callback runs one rlscale step. Returns {"rlscale": [steps], "trl": {threads:
-  [steps]}, "stalled": {threads: warm-up seconds}} (thread counts dropped after the warm-up)."""
+  TRL steps a callback runs one step of each rlscale variant. Returns {"rlscale": {host_threads:
+  [steps]}, "trl": {threads: [steps]}, "stalled": {threads: warm-up seconds}} (TRL thread counts
+  dropped after the warm-up)."""
   import datasets  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   import trl  # pylint: disable=g-import-not-at-top
 
-  task = rlscale.run.task
+  task = steppers[0].run.task
   examples = [task.train_example(i) for i in range(args.prompts * rounds * len(thread_counts))]
   dataset = datasets.Dataset.from_dict({"prompt": [task.format_prompt(e) for e in examples],
                                         "answer": [e.answer for e in examples]})
@@ -245,7 +259,9 @@ def run_interleaved(directory: str, args, rlscale: RlscaleStep, rounds: int,
   trainer._calculate_rewards = timed(trainer._calculate_rewards, "reward")  # pylint: disable=protected-access
   trainer._get_per_token_logps_and_entropies = timed(  # pylint: disable=protected-access
       trainer._get_per_token_logps_and_entropies, "forward")  # pylint: disable=protected-access
-  results = {"rlscale": [], "trl": {str(t): [] for t in thread_counts}, "stalled": {}}
+  results = {"rlscale": {str(s.host_threads): [] for s in steppers},
+             "trl": {str(t): [] for t in thread_counts}, "stalled": {}}
+  done = lambda: len(results["rlscale"][str(steppers[0].host_threads)])  # noqa: E731
   stalled = results["stalled"]
 
   class Interleave(transformers.TrainerCallback):
@@ -278,10 +294,8 @@ def run_interleaved(directory: str, args, rlscale: RlscaleStep, rounds: int,
       self.queue.pop(0)
       if self.queue:
         return
-      results["rlscale"].append(rlscale.step(len(results["rlscale"]) + 1))
-      print(f"  rlscale step {len(results['rlscale'])}: "
-            f"{results['rlscale'][-1]['seconds']:.2f} s", flush=True)
-      if len(results["rlscale"]) == 1:
+      rlscale_round(steppers, results)
+      if done() == 1:
         # A thread count whose warm-up step took STALL_FACTOR x the best one's has stalled (2
         # torch threads on a busy 2-core machine: minutes per step); it is not timed further.
         warmups = {t: results["trl"][str(t)][0]["seconds"] for t in self.active}
@@ -292,7 +306,7 @@ def run_interleaved(directory: str, args, rlscale: RlscaleStep, rounds: int,
             stalled[str(t)] = seconds
             print(f"  TRL at {t} thread(s) stalled ({seconds:.0f} s vs {best:.0f} s): "
                   "not timed further", flush=True)
-      if len(results["rlscale"]) == rounds:
+      if done() == rounds:
         control.should_training_stop = True
       self.queue = list(self.active)
       return control
@@ -323,8 +337,9 @@ def main(argv=None) -> dict:
   parser.add_argument("--trl_threads", default=None,
                       help="comma-separated torch thread counts for TRL (default: 1 and the CPU "
                            "count)")
-  parser.add_argument("--host_threads", type=int, default=1,
-                      help="Sampler(host_threads=...) for rlscale (the runner's default is 1)")
+  parser.add_argument("--host_threads", default=None,
+                      help="comma-separated rollout.host_threads for rlscale (default: 1 and the "
+                           "CPU count; the better is rlscale's figure)")
   parser.add_argument("--prompts", type=int, default=8)
   parser.add_argument("--group", type=int, default=8)
   parser.add_argument("--new_tokens", type=int, default=64)
@@ -335,6 +350,8 @@ def main(argv=None) -> dict:
     parser.error(f"--rounds must be >= 2 (round 1 is the warm-up), got {rounds}")
   threads = ([int(t) for t in args.trl_threads.split(",")] if args.trl_threads
              else sorted({1, os.cpu_count() or 1}))
+  host_threads = ([int(t) for t in args.host_threads.split(",")] if args.host_threads
+                  else sorted({1, os.cpu_count() or 1}))
   model_config = model_config_from_args(args)
 
   compiles: list = []
@@ -344,24 +361,30 @@ def main(argv=None) -> dict:
   trl_reason = "not run (--no_trl)" if args.no_trl else trl_available()
   with tempfile.TemporaryDirectory() as directory:
     write_checkpoint(directory, model_config)
-    rlscale = RlscaleStep(directory, args, os.path.join(directory, "run"), compiles)
-    rlscale.step(0)  # compiles the sampler, update and forward executables (not reported)
+    steppers = [RlscaleStep(directory, args, os.path.join(directory, f"run{h}"), compiles, h)
+                for h in host_threads]
+    for stepper in steppers:
+      stepper.step(0)  # compiles the sampler, update and forward executables (not reported)
     if trl_reason is None:
-      results = run_interleaved(directory, args, rlscale, rounds, threads)
+      results = run_interleaved(directory, args, steppers, rounds, threads)
     else:
-      results = {"rlscale": [], "trl": {}, "stalled": {}}
-      for index in range(1, rounds + 1):
-        results["rlscale"].append(rlscale.step(index))
-        print(f"  rlscale step {index}: {results['rlscale'][-1]['seconds']:.2f} s", flush=True)
+      results = {"rlscale": {str(h): [] for h in host_threads}, "trl": {}, "stalled": {}}
+      for _ in range(rounds):
+        rlscale_round(steppers, results)
   # JAX compiles inside the timed rounds 2..N (the rlscale steps; TRL compiles nothing): 0 expected.
-  compiles_after_warmup = sum(s["compiles"] for s in results["rlscale"][1:])
-  rl = summarize(results["rlscale"])
+  compiles_after_warmup = sum(s["compiles"] for steps in results["rlscale"].values()
+                              for s in steps[1:])
+  rlscale_by_host_threads = {h: summarize(steps) for h, steps in results["rlscale"].items()}
+  best_host_threads = min(rlscale_by_host_threads,
+                          key=lambda h: rlscale_by_host_threads[h]["seconds_per_step"])
+  rl = rlscale_by_host_threads[best_host_threads]
   trl_by_threads = {t: summarize(steps) for t, steps in results["trl"].items()}
   trl_best = min((s for s in trl_by_threads.values() if s), default=None,
                  key=lambda s: s["seconds_per_step"])
   best_threads = next((t for t, s in trl_by_threads.items() if s is trl_best), None)
   report = {
-      "rlscale": rl,
+      "rlscale": {**rl, "host_threads": int(best_host_threads)},
+      "rlscale_by_host_threads": rlscale_by_host_threads,
       "trl": ({**trl_best, "torch_threads": int(best_threads)} if trl_best else None),
       "trl_status": trl_reason or "ran",
       "trl_by_threads": trl_by_threads,
@@ -374,15 +397,16 @@ def main(argv=None) -> dict:
                    "temperature": 1.0, "beta": 0.0, "learning_rate": 1e-6, "dtype": args.dtype,
                    "model": {f: getattr(model_config, f) for f in MODEL_FIELDS + ("dtype",)},
                    "params": model_config.num_params(), "rounds": rounds,
-                   "timed_rounds": f"2..{rounds}", "host_threads": args.host_threads,
+                   "timed_rounds": f"2..{rounds}", "host_threads": host_threads,
                    "trl_threads": threads},
       "machine": {**machine_info(), "loadavg_before": load_before, "loadavg_after": load_average()},
       "peak_rss_mib": peak_rss_mib(),
       "quick": args.quick,
   }
   outputs.write_json(os.path.join(args.out, "rl_step.json"), report, indent=2)
-  line = f"rlscale {rl['seconds_per_step']:.3f} s/step " + json.dumps(
-      {k: round(v, 3) for k, v in rl["splits"].items()})
+  line = (f"rlscale ({best_host_threads} host thread(s)) {rl['seconds_per_step']:.3f} s/step "
+          + json.dumps(
+      {k: round(v, 3) for k, v in rl["splits"].items()}))
   if trl_best:
     line += (f"; TRL ({best_threads} thread(s)) {trl_best['seconds_per_step']:.3f} s/step "
              + json.dumps({k: round(v, 3) for k, v in trl_best["splits"].items()})

@@ -111,7 +111,8 @@ def summarize(out: str, runs: dict, quick: bool) -> dict:
   w2 = None
   if w2_raw:
     def headline(system):
-      return ({k: system[k] for k in ("seconds_per_step", "splits", "torch_threads") if k in system}
+      return ({k: system[k] for k in ("seconds_per_step", "splits", "torch_threads",
+                                       "host_threads") if k in system}
               if system else None)
     w2 = {"rlscale": headline(w2_raw["rlscale"]), "trl": headline(w2_raw["trl"]),
           "trl_status": w2_raw["trl_status"],
@@ -119,6 +120,8 @@ def summarize(out: str, runs: dict, quick: bool) -> dict:
           "compiles_after_warmup": w2_raw["compiles_after_warmup"],
           "trl_by_threads": {t: s and round(s["seconds_per_step"], 3)
                              for t, s in w2_raw["trl_by_threads"].items()},
+          "rlscale_by_host_threads": {t: s and round(s["seconds_per_step"], 3) for t, s in
+                                      w2_raw.get("rlscale_by_host_threads", {}).items()},
           "trl_stalled_threads": w2_raw.get("trl_stalled_threads", {})}
   peaks = [x for x in (_get(w1, "matmul_flops"), _get(update, "matmul_flops")) if x]
   measured = {
@@ -175,7 +178,9 @@ def markdown(results: dict) -> str:
     def split(system):
       return ", ".join(f"{k} {v:.2f}" for k, v in system["splits"].items())
     rows.append(("W2 RL step", "rlscale s/step (" + ", ".join(w2["rlscale"]["splits"]) + ")",
-                 f"{w2['rlscale']['seconds_per_step']:.2f} ({split(w2['rlscale'])})"))
+                 f"{w2['rlscale']['seconds_per_step']:.2f} at {w2['rlscale'].get('host_threads')} "
+                 f"host thread(s) ({split(w2['rlscale'])}); s/step by host threads "
+                 f"{w2['rlscale_by_host_threads']}"))
     rows.append(("W2 RL step", "TRL GRPOTrainer s/step",
                  f"{w2['trl']['seconds_per_step']:.2f} at {w2['trl']['torch_threads']} torch "
                  f"thread(s) ({split(w2['trl'])}); s/step by threads {w2['trl_by_threads']}"

@@ -88,13 +88,14 @@ def matmul_peak(size: int = 2048, repeats: int = 5) -> tuple[float, float]:
   return flops / wall, flops / cpu
 
 
-def make_batch(batch_size: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+def make_batch(batch_size: int, vocab: int, seed: int = 0, prompt_len: int = PROMPT_LEN,
+               response_len: int = RESPONSE_LEN) -> dict[str, np.ndarray]:
   """A full-length rollout batch: random tokens, every prompt and response token real."""
   rng = np.random.default_rng(seed)
-  tokens = rng.integers(0, vocab, (batch_size, PROMPT_LEN + RESPONSE_LEN)).astype(np.int32)
+  tokens = rng.integers(0, vocab, (batch_size, prompt_len + response_len)).astype(np.int32)
   return {"tokens": tokens, "input_mask": np.ones_like(tokens),
-          "response_mask": np.ones((batch_size, RESPONSE_LEN), np.int32),
-          "old_logp": np.full((batch_size, RESPONSE_LEN), -np.log(vocab), np.float32),
+          "response_mask": np.ones((batch_size, response_len), np.int32),
+          "old_logp": np.full((batch_size, response_len), -np.log(vocab), np.float32),
           "advantages": rng.normal(size=batch_size).astype(np.float32)}
 
 

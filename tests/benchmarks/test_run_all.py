@@ -35,6 +35,11 @@ def test_rl_step_tiny(tmp_path):
   assert all(s["tokens_generated"] == 32 for s in rl["steps"])
   assert report["compiles_after_warmup"] == 0
   assert len(report["machine"]["loadavg_before"]) == 3
+  # rlscale at host_threads 1 and the CPU count; its figure is the faster of them.
+  by_threads = report["rlscale_by_host_threads"]
+  assert set(by_threads) == {"1", str(os.cpu_count())}
+  assert rl["seconds_per_step"] == min(s["seconds_per_step"] for s in by_threads.values())
+  assert by_threads[str(rl["host_threads"])]["seconds_per_step"] == rl["seconds_per_step"]
   if HAVE_TRL:
     assert report["trl_status"] == "ran" and report["trl"]["seconds_per_step"] > 0
     assert report["ratio_trl_over_rlscale"] > 0
@@ -83,3 +88,20 @@ def test_train_phase_ab_smoke(tmp_path):
   assert workload["prompt_bucket"] == 16 and workload["prompt_real_tokens_max"] == 11
   assert [w[0] for w in workload["trained_widths_prompt_response"]] == [12]
   assert report["compiles_after_warmup"] == 0
+
+
+@pytest.mark.slow
+def test_profiles_split_op_time_by_category(tmp_path):
+  """profile_update.py --w2 and profile_sampler.py: the categories' shares sum to 1, matmul among
+  them, on the shapes they say."""
+  done = _run("profile_update.py", "--w2", "--steps", "1", "--out", str(tmp_path))
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  update = json.load(open(tmp_path / "update_profile.json"))
+  assert (update["rows"], update["tokens"], update["microbatches"]) == (64, 64 * 72, 1)
+  done = _run("profile_sampler.py", "--batch", "2", "--calls", "1", "--out", str(tmp_path))
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  sampler = json.load(open(tmp_path / "sampler_profile.json"))
+  assert sampler["new_tokens_per_s"] == pytest.approx(2 * 64 / sampler["wall_seconds_per_call"])
+  for report in (update, sampler):
+    shares = [c["share"] for c in report["categories"].values()]
+    assert sum(shares) == pytest.approx(1.0) and "matmul" in report["categories"]
