@@ -32,8 +32,8 @@ SMOKE_LR0 = 3e-3  # large, so a few smoke steps move the held-out curves
 # Budget in responses and evaluation interval (all runs): 64 steps at B = 512, 512 at B = 64,
 # 16 evaluations; a quarter of the main job's 128k responses (enough for ~+12 points here). The
 # committed study (experiments/results/batch_lr/) ran exactly this: 20 runs with --parallel=2 in
-# 74 min on a 2-core CPU shared with other jobs (load average 10-20); on an idle machine
-# expect about a third of that. A budget of 65,536 would give longer curves at twice the cost.
+# 10 min 17 s on a 2-core CPU, both warm starts included. A budget of 65,536 would give longer
+# curves at twice the cost.
 TOTAL_SAMPLES = 32768
 EVAL_EVERY_SAMPLES = 2048
 
