@@ -8,7 +8,8 @@ trace. Writes DIR/update_profile.json: seconds per category and per op name (top
 category shares and the step's wall time. Categories, by op name: matmul (dot, YNNPACK/oneDNN fusions),
 layout (transpose, copy), reduce (reductions: log-softmax, norms, sums), elementwise (other
 fusions), collective (all-reduce), other. With --w2 the batch is W2's update instead (`rl_step.py`:
-64 responses of 8 prompt + 64 response tokens, one microbatch, as the runner trains it).
+64 responses of 8 prompt + 64 response tokens, microbatches chosen as the runner's default
+chooses them, `update.microbatch_count`; --microbatches K sets them).
 Timings on a shared machine are inflated, but the shares within one step much less so.
 """
 
@@ -100,7 +101,9 @@ def main(argv=None) -> dict:
   parser.add_argument("--steps", type=int, default=2)
   parser.add_argument("--no_ynn", action="store_true")
   parser.add_argument("--w2", action="store_true",
-                      help="W2's update batch: 64 x (8 + 64) tokens, one microbatch")
+                      help="W2's update batch: 64 x (8 + 64) tokens, the runner's microbatches")
+  parser.add_argument("--microbatches", type=int, default=None,
+                      help="with --w2: gradient-accumulation slices (default: the runner's choice)")
   args = parser.parse_args(argv)
   model_config = ModelConfig()
   prompt_len, response_len = (W2_PROMPT_LEN, W2_RESPONSE_LEN) if args.w2 else (PROMPT_LEN,
@@ -109,7 +112,9 @@ def main(argv=None) -> dict:
   args.tokens = batch_size * (prompt_len + response_len)
   rl_cfg = get_config().rl
   rl_cfg.prompts_per_step, rl_cfg.group_size = batch_size // 8, 8
-  rl_cfg.microbatches = 1 if args.w2 else max(1, args.tokens // args.microbatch_tokens)
+  rl_cfg.microbatches = (update_lib.microbatch_count(args.microbatches, batch_size, prompt_len
+                                                     + response_len) if args.w2
+                         else max(1, args.tokens // args.microbatch_tokens))
   rl = resolve_rl_config(rl_cfg)
   optimizer = make_optimizer(get_config().optim, **update_lib.optimizer_args(rl, rl_steps=1000))
   state = update_lib.replicate(create_train_state(init_params(model_config, jax.random.key(0)),

@@ -26,6 +26,7 @@ Variants (each a Run that differs from the runner's in one thing):
                patched while the variant's step is traced).
   before       full_prompt and full_last_layer together: the training phase as it was before
                these two changes.
+  microbatches_K  rl.microbatches = K: the same gradient accumulated over K row slices.
 
 Before timing, every variant's first update from the same state on the same batch is compared
 with the baseline's (train/loss, train/grad_norm and the new parameters, allclose): a variant
@@ -55,6 +56,7 @@ import tempfile
 import time
 
 import jax
+import ml_collections
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,7 +72,8 @@ from rlscale.train import update as update_lib
 from rlscale.train.optimizer import make_optimizer
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-VARIANTS = ("baseline", "no_ynn", "remat", "step_only", "full_prompt", "full_last_layer", "before")
+VARIANTS = ("baseline", "no_ynn", "remat", "step_only", "full_prompt", "full_last_layer", "before",
+            "microbatches_2", "microbatches_4", "microbatches_8")
 
 
 def _optimizer(config, run):
@@ -94,6 +97,11 @@ def variant_run(name: str, config, run):
         run.model_config, run.rl_config, _optimizer(config, run)))
   if name == "full_prompt":
     return run
+  if name.startswith("microbatches_"):
+    rl_config = ml_collections.ConfigDict(run.rl_config.to_dict())
+    rl_config.microbatches = int(name.split("_")[1])
+    return dataclasses.replace(run, rl_config=rl_config, update_fn=update_lib.make_update_fn(
+        run.model_config, rl_config, _optimizer(config, run)))
   raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 

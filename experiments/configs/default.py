@@ -127,8 +127,10 @@ def get_config(arg=None):
   # Passes over each rollout batch, and minibatches (optimizer steps) per pass.
   config.rl.epochs = 1
   config.rl.minibatches = 1
-  # Gradient-accumulation microbatches per minibatch per device (memory, not maths).
-  config.rl.microbatches = 1
+  # Gradient-accumulation microbatches per minibatch per device (memory and speed, not maths).
+  # Unset (None): chosen per batch shape, on a CPU slices of >= 1,024 tokens (1.2x faster training
+  # here than one slice: activations stay in cache), on GPU/TPU one (`update.microbatch_count`).
+  config.rl.microbatches = placeholder(int)
   # KL penalty to the frozen reference policy (0 = none) and its estimator: k1, k2, k3.
   # The main job runs without a KL term (as Dr. GRPO and DAPO do); set it to use one.
   config.rl.kl_coef = 0.0

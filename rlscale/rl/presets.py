@@ -120,7 +120,8 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
   """Checks a resolved `rl` section; raises ValueError naming the first bad field.
 
   Checks: registered names (advantage, policy_loss, kl_estimator) and loss_agg_mode / kl_mode;
-  positive prompts_per_step, group_size, epochs, minibatches, microbatches; group_size >= 2 for
+  positive prompts_per_step, group_size, epochs, minibatches, microbatches (or None: chosen per
+  batch shape by `rlscale.train.update.microbatch_count`); group_size >= 2 for
   group-relative estimators and dynamic sampling; batch_size == prompts_per_step * group_size and
   divisible by num_devices * minibatches * microbatches; ranges of clip eps, dual_clip_c, kl_coef,
   entropy_coef, gamma, lam, value_clip_eps, vf_coef, temperature, overlong_buffer_frac;
@@ -136,8 +137,10 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
   else:
     aggregation.check_mode(rl_cfg.loss_agg_mode, rl_cfg.loss_agg_norm)
   _require(rl_cfg.kl_mode in KL_MODES, f"rl.kl_mode={rl_cfg.kl_mode!r} is not one of {list(KL_MODES)}")
-  for field in ("prompts_per_step", "group_size", "epochs", "minibatches", "microbatches"):
+  for field in ("prompts_per_step", "group_size", "epochs", "minibatches"):
     _check_positive_int(rl_cfg, field)
+  if rl_cfg.get("microbatches") is not None:  # None: chosen per batch shape (update.microbatch_count)
+    _check_positive_int(rl_cfg, "microbatches")
   group_size = rl_cfg.group_size
   _require(not estimator.group_relative or group_size >= 2,
            f"rl.group_size must be >= 2 for the group-relative advantage {rl_cfg.advantage!r}, "
@@ -150,7 +153,7 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
            f"rl.group_size = {batch_size}")
   _require(isinstance(num_devices, int) and num_devices >= 1,
            f"num_devices must be an int >= 1, got {num_devices!r}")
-  split = num_devices * rl_cfg.minibatches * rl_cfg.microbatches
+  split = num_devices * rl_cfg.minibatches * (rl_cfg.get("microbatches") or 1)
   _require(batch_size % split == 0,
            f"rl.batch_size={batch_size} (prompts_per_step * group_size) must be divisible by "
            f"devices ({num_devices}) x rl.minibatches ({rl_cfg.minibatches}) x "

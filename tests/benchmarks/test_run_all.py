@@ -97,7 +97,8 @@ def test_profiles_split_op_time_by_category(tmp_path):
   done = _run("profile_update.py", "--w2", "--steps", "1", "--out", str(tmp_path))
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   update = json.load(open(tmp_path / "update_profile.json"))
-  assert (update["rows"], update["tokens"], update["microbatches"]) == (64, 64 * 72, 1)
+  # The runner's default on a CPU: the most slices of >= 1,024 tokens, 4 of 16 x 72 here.
+  assert (update["rows"], update["tokens"], update["microbatches"]) == (64, 64 * 72, 4)
   done = _run("profile_sampler.py", "--batch", "2", "--calls", "1", "--out", str(tmp_path))
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   sampler = json.load(open(tmp_path / "sampler_profile.json"))

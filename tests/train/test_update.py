@@ -232,3 +232,27 @@ def test_shard_batch_and_replicate_helpers():
   tree = {"w": np.arange(3.0)}
   np.testing.assert_array_equal(update_lib.unreplicate(update_lib.replicate(tree))["w"], tree["w"])
   assert update_lib.replicate_key(jax.random.key(0), 2).shape == (2,)
+
+
+@pytest.mark.parametrize("setting, rows, width, platform, expected", [
+    (None, 256, 16, "cpu", 4),   # the main job: 4 slices of 64 x 16 = 1,024 tokens
+    (None, 64, 72, "cpu", 4),    # W2: 16 x 72 = 1,152 >= 1,024, 8 x 72 = 576 is not
+    (None, 512, 16, "cpu", 8),
+    (None, 16, 20, "cpu", 1),    # 320 tokens in all: one slice
+    (None, 24, 64, "cpu", 1),    # 24 x 64 = 1,536: halves would be 768 < 1,024
+    (None, 256, 16, "gpu", 1),   # GPU/TPU: the whole minibatch
+    (3, 256, 16, "cpu", 3),      # an explicit count is kept
+])
+def test_microbatch_count_by_hand(setting, rows, width, platform, expected):
+  assert update_lib.microbatch_count(setting, rows, width, platform) == expected
+
+
+def test_unset_microbatches_choose_slices_with_the_same_update(grpo_runs, monkeypatch):
+  # With slices of >= 2 rows' tokens the 16-row problem is split in 8: same update as 1 slice.
+  monkeypatch.setattr(update_lib, "CPU_MICROBATCH_TOKENS",
+                      2 * (problem.PROMPT_LEN + problem.RESPONSE_LEN))
+  if jax.default_backend() != "cpu":
+    pytest.skip("the CPU rule")
+  auto = problem.run_updates(problem.rl_config("grpo", microbatches=None, kl_coef=0.1))
+  assert auto.metrics[0]["gns_batch_small"][0] == 2  # 8 slices of 2 rows
+  assert _max_diff(grpo_runs[1].params, auto.params) < 1e-6
