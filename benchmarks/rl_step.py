@@ -119,11 +119,12 @@ def peak_rss_mib() -> float:
 
 
 def rlscale_config(directory: str, args):
-  """The runner config of W2: the checkpoint in `directory`, the built-in arithmetic task with
-  prompts `a + b=` (a, b in 0..99), P x G, max_new_tokens, temperature 1, GRPO without KL, Adam at
-  lr 1e-6 (constant)."""
+  """The runner config of W2: the checkpoint in `directory` without rematerialisation, the built-in
+  arithmetic task with prompts `a + b=` (a, b in 0..99), P x G, max_new_tokens, temperature 1,
+  GRPO without KL, Adam at lr 1e-6 (constant)."""
   config = get_config()
   config.model.source, config.model.checkpoint_path = "hf", directory
+  config.model.remat = False  # W2: no gradient checkpointing (the runner's default for HF is on)
   config.task.source, config.task.prompt_template = "arithmetic", "{question}="
   config.task.kwargs = {"num_operands": 2, "min_operand": 0, "max_operand": 99, "operators": "+"}
   config.task.eval_size = 8
