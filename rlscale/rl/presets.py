@@ -139,8 +139,10 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
   _require(rl_cfg.kl_mode in KL_MODES, f"rl.kl_mode={rl_cfg.kl_mode!r} is not one of {list(KL_MODES)}")
   for field in ("prompts_per_step", "group_size", "epochs", "minibatches"):
     _check_positive_int(rl_cfg, field)
-  if rl_cfg.get("microbatches") is not None:  # None: chosen per batch shape (update.microbatch_count)
-    _check_positive_int(rl_cfg, "microbatches")
+  microbatches = rl_cfg.get("microbatches")  # None: chosen per batch shape (update.microbatch_count)
+  _require(microbatches is None or (isinstance(microbatches, int) and microbatches >= 1),
+           f"rl.microbatches must be an int >= 1, or unset to choose per batch shape (on a CPU "
+           f"slices of >= 1,024 tokens), got {microbatches!r}")
   group_size = rl_cfg.group_size
   _require(not estimator.group_relative or group_size >= 2,
            f"rl.group_size must be >= 2 for the group-relative advantage {rl_cfg.advantage!r}, "

@@ -53,7 +53,7 @@ def test_temperature_follows_rollout():
     (dict(loss_agg_mode="sum"), r"rl.loss_agg_mode='sum' is not one of"),
     (dict(group_size=1), r"rl.group_size must be >= 2 for the group-relative advantage 'grpo'"),
     (dict(microbatches=3), r"must be divisible by devices \(1\) x rl.minibatches \(1\) x rl.microbatches \(3\)"),
-    (dict(microbatches=0), r"rl.microbatches must be an int >= 1"),
+    (dict(microbatches=0), r"rl.microbatches must be an int >= 1, or unset to choose per batch shape"),
     (dict(kl_mode="both"), r"rl.kl_mode='both' is not one of"),
     (dict(dual_clip_c=0.5), r"rl.dual_clip_c must be > 1"),
     (dict(lam=1.5), r"rl.lam must be in \[0, 1\]"),
