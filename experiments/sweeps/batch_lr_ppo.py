@@ -5,9 +5,14 @@ Same grid as batch_lr.py: B = 64 .. 512 responses per step (G = 1, so P = B prom
 critic's learning rate is the policy's (optim.critic_learning_rate = None) and is scaled by the
 same rule. PPO makes rl.minibatches = 2 optimizer updates per pass, so the LR rule scales with the
 minibatch, B / 2: the reference batch 128 means B0 = 256 responses per step as in batch_lr.py.
-PPO trains 2 epochs plus a critic, so expect roughly 2-3x batch_lr.py's runtime.
+PPO trains 2 epochs plus a critic: the committed study (experiments/results/batch_lr_ppo/) ran
+its 20 runs with --parallel=2 in 18 min 41 s on a 2-core CPU (batch_lr.py: 10 min 17 s), then
+its throughput profile alone in 69 s. Commands (the study, its profile alone, the report):
 
   python -m rlscale.sweep --config=experiments/sweeps/batch_lr_ppo.py --workdir=runs/batch_lr_ppo --parallel=2
+  python -m rlscale.throughput --config=experiments/sweeps/batch_lr_ppo.py \
+      --prompts_per_step=64,128,256,512 --out=runs/batch_lr_ppo/throughput \
+      --config.sft.cache_dir=runs/batch_lr_ppo/sft
   python -m rlscale.report runs/batch_lr_ppo
 
 Smoke version (seconds): `--config=experiments/sweeps/batch_lr_ppo.py:smoke`.

@@ -157,14 +157,23 @@ def target_figure(report, out_dir) -> str:
     ax.legend(fontsize=7, title="LR rule\n(open, arrow up: censored,\na lower bound)", title_fontsize=7, loc="best", framealpha=0.6)
   ax = axes[2]
   dec = [d for d in report["decisions"] if d["throughput_ratio"] and d["samples_ratio"]]
-  labels = {}  # decisions at the same point share one label
+  # Marker = LR rule, colour = measured outcome; one label per candidate batch (its decisions share
+  # the profile's throughput ratio, so they lie on one horizontal line), at its leftmost point.
+  markers = dict(zip(sorted({d["lr_rule"] for d in dec}), "osD^v<>"))
+  for rule, marker in markers.items():
+    ax.scatter([], [], marker=marker, facecolor="none", edgecolor="k", label=rule)
+  labels = {}
   for d in dec:
     color = {True: "tab:green", False: "tab:red", None: "tab:gray"}[d["measured_faster"]]
-    ax.scatter(d["samples_ratio"], d["throughput_ratio"], color=color, s=40)
-    point = (round(d["samples_ratio"], 3), round(d["throughput_ratio"], 3))
-    labels.setdefault(point, []).append(f"{d['lr_rule']} {d['candidate']}/{d['base']}")
-  for (x, y), names in labels.items():
-    ax.annotate(", ".join(names), (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.scatter(d["samples_ratio"], d["throughput_ratio"], color=color, s=40,
+               marker=markers[d["lr_rule"]], alpha=0.8)
+    key = (d["candidate"], d["base"])
+    labels[key] = min(labels.get(key, (np.inf, 0)), (d["samples_ratio"], d["throughput_ratio"]))
+  for (candidate, base), (x, y) in labels.items():
+    ax.annotate(f"B={candidate} vs {base}", (x, y), fontsize=7, xytext=(-6, 6),
+                textcoords="offset points", ha="right")
+  if markers:
+    ax.legend(fontsize=7, title="LR rule", title_fontsize=7, loc="lower right", framealpha=0.6)
   if dec:
     hi = max(max(d["samples_ratio"], d["throughput_ratio"]) for d in dec) * 1.2
     ax.plot([0, hi], [0, hi], "k--", lw=0.8)

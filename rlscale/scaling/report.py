@@ -328,7 +328,10 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str = D
 
   groups = _groups(run_rows)
   batches = sorted({r["batch_size"] for r in run_rows})
-  invariance = _invariance(groups, per_run, metric, window, reference_batch)
+  # reference_batch counts responses per optimizer update (the LR rule's unit); the curves are
+  # grouped by responses per step, minibatches x that (PPO's 2 minibatches: 128 -> B0 = 256).
+  minibatches = _mode([run.batch_size // run.update_batch for run in runs])
+  invariance = _invariance(groups, per_run, metric, window, reference_batch * minibatches)
   group_stats = _group_stats(groups, per_run, throughput)
   decisions = _decisions(groups, group_stats, throughput)
   gen_ratio = _generation_ratio(throughput, batches)
@@ -341,6 +344,7 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str = D
       "sweep_dir": os.path.abspath(sweep_dir),
       "target": {"metric": metric, "value": target, "chosen": how, "smoothing_window": window},
       "base_learning_rate": base_lr, "reference_batch": reference_batch,
+      "reference_batch_size": reference_batch * minibatches,
       "throughput_source": throughput.source,
       "runs": run_rows,
       "runs_not_started": not_started,

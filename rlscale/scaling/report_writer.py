@@ -20,6 +20,15 @@ DECISION_COLUMNS = ("lr_rule", "base", "candidate", "throughput_ratio", "samples
                     "measured_time_ratio", "censored")
 
 
+def _reference(report) -> str:
+  """The LR rule's reference batch in responses per step, with the update batch when they differ."""
+  per_step = report.get("reference_batch_size", report["reference_batch"])
+  if per_step == report["reference_batch"]:
+    return str(per_step)
+  return (f"{per_step} responses per step ({report['reference_batch']} per optimizer update, the "
+          "unit of the LR rule)")
+
+
 def _fit_text(fit, x="B"):
   """A cost line as text with its R^2, or why there is no usable fit (fits.cost_line_text)."""
   text = fits.cost_line_text(fit, x=x)
@@ -67,7 +76,7 @@ def markdown(report, figure_paths) -> str:
   lines = [f"# Batch-size study: {report['sweep']}", "",
            f"Target: {t['metric']} >= {t['value']:g} ({t['chosen']}; running mean over "
            f"{t['smoothing_window']} evaluations). Base learning rate {report['base_learning_rate']:g} "
-           f"at reference batch {report['reference_batch']}. Throughput from: "
+           f"at reference batch {_reference(report)}. Throughput from: "
            f"{report['throughput_source']} ({'measured alone on the machine' if report['throughput_source'] == 'profile' else 'the runs own clocks; runs of a parallel sweep share cores'}).",
            ""]
   if report.get("runs_not_started"):

@@ -17,13 +17,14 @@ LR0 = 1e-4
 
 
 def write_run(root, name, *, prompts, lr_scaling, seed, evals, step_seconds, group=2,
-              learning_rate=LR0, reference_batch=8, budget=32, extra=None):
+              learning_rate=LR0, reference_batch=8, budget=32, extra=None, minibatches=1):
   """A run directory: config.json and metrics.jsonl with one record per step (B = prompts x group
   responses), evaluations at the sample counts in `evals` ({samples: accuracy}), and
   `step_seconds` = (generation, reward, training) seconds per step."""
   path = os.path.join(root, "runs", name)
   os.makedirs(path)
-  config = {"seed": seed, "rl": {"prompts_per_step": prompts, "group_size": group, "minibatches": 1},
+  config = {"seed": seed, "rl": {"prompts_per_step": prompts, "group_size": group,
+                                 "minibatches": minibatches},
             "optim": {"learning_rate": learning_rate, "lr_scaling": lr_scaling,
                       "reference_batch": reference_batch},
             "train": {"total_samples": budget, "total_steps": None}}
@@ -332,3 +333,18 @@ def test_superlinear_samples_to_target_is_described_not_reported_as_batch_zero()
   assert report_lib._describe_optimal_batch(math.inf).startswith("larger than any tried")
   assert report_lib._describe_optimal_batch(12.5) == 12.5
   assert report_lib._describe_optimal_batch(None) is None
+
+
+def test_minibatched_sweep_compares_curves_to_the_reference_batch_per_step(tmp_path):
+  # PPO-style: 2 minibatches, the LR rule's reference 4 responses per update = B0 8 per step.
+  root = str(tmp_path)
+  evals = {0: 0.2, 16: 0.4, 32: 0.6}
+  for name, prompts, rule in (("b4", 2, "none"), ("b8", 4, "none"), ("b16", 8, "none")):
+    write_run(root, name, prompts=prompts, lr_scaling=rule, seed=0, evals=evals,
+              step_seconds=(1.0, 0.0, 1.0), reference_batch=4, minibatches=2)
+  report = report_lib.build_report(root, target=0.5, window=1)
+  assert report["reference_batch"] == 4 and report["reference_batch_size"] == 8
+  none = report["invariance"]["none"]
+  assert none["reference_batch"] == 8 and none["scores"]["8"] == 0.0
+  assert {r["name"]: r["rules"] for r in report["runs"]}["b8"] == ["none", "sqrt", "linear"]
+  assert "8 responses per step (4 per optimizer update" in report_writer.markdown(report, [])
