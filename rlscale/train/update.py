@@ -53,8 +53,8 @@ _MAX_METRICS = ("ratio_max",)
 # (the most slices that keep them this large): the step's activations then stay in the cache
 # instead of streaming through memory. Measured on the 2-core CPU: the main job's training phase
 # 1.20x faster with 4 slices of 64 x 16 tokens than with one (benchmarks/train_phase_ab.py,
-# microbatches_4), W2's update 1.20x with 4 slices of 16 x 72 (0.85 -> 0.70 s); 16 x 72-token
-# slices of 4 rows were slower again (0.75 s). Same gradient, up to float summation order.
+# microbatches_4), W2's update 1.20x with 4 slices of 16 x 72 (0.85 -> 0.70 s); 16 slices of
+# 4 x 72 tokens were slower again (0.75 s). Same gradient, up to float summation order.
 CPU_MICROBATCH_TOKENS = 1024
 
 
