@@ -328,6 +328,11 @@ def summarize(steps: list[dict], first_timed: int = 1) -> dict | None:
           "steps": steps}
 
 
+def thread_counts(flag: str | None) -> list[int]:
+  """A comma-separated count list ("1,2") as ints; None: 1 and the CPU count."""
+  return [int(t) for t in flag.split(",")] if flag else sorted({1, os.cpu_count() or 1})
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", required=True, help="directory for rl_step.json")
@@ -349,10 +354,7 @@ def main(argv=None) -> dict:
   rounds = args.rounds or (4 if args.quick else 6)
   if rounds < 2:
     parser.error(f"--rounds must be >= 2 (round 1 is the warm-up), got {rounds}")
-  threads = ([int(t) for t in args.trl_threads.split(",")] if args.trl_threads
-             else sorted({1, os.cpu_count() or 1}))
-  host_threads = ([int(t) for t in args.host_threads.split(",")] if args.host_threads
-                  else sorted({1, os.cpu_count() or 1}))
+  threads, host_threads = thread_counts(args.trl_threads), thread_counts(args.host_threads)
   model_config = model_config_from_args(args)
 
   compiles: list = []
