@@ -1,7 +1,7 @@
 """Command-line entry point of the study's report:
 
   python -m rlscale.report DIR [--throughput=FILE_OR_DIR] [--target_metric=eval/greedy_accuracy]
-      [--target=0.6] [--smooth=3] [--out=DIR]
+      [--target=0.6] [--allow_weak_target] [--smooth=3] [--out=DIR]
 
 Reads every run directory under DIR/runs (finished or not) and a throughput profile
 (DIR/throughput/throughput.json or DIR/throughput.json when present, or --throughput), and writes
@@ -20,9 +20,12 @@ from rlscale import cli
 
 _THROUGHPUT = flags.DEFINE_string("throughput", None, "throughput.json (or its directory) from "
                                   "`python -m rlscale.throughput`; default: one inside DIR.")
-_METRIC = flags.DEFINE_string("target_metric", "eval/greedy_accuracy", "Held-out metric of the target.")
-_TARGET = flags.DEFINE_float("target", None, "Target value; default halfway from the warm start to "
-                             "the median best (smoothed) value over runs.")
+_METRIC = flags.DEFINE_string("target_metric", None, "Held-out metric of the target (default the "
+                              "sweep file's, else eval/greedy_accuracy).")
+_TARGET = flags.DEFINE_float("target", None, "Target value; default the one the sweep file states "
+                             "(get_target, recorded in sweep.json), else one proposed from the runs.")
+_ALLOW_WEAK = flags.DEFINE_bool("allow_weak_target", False, "Report a target less than 3 standard "
+                                "errors above the warm start (printed in bold as weak).")
 _SMOOTH = flags.DEFINE_integer("smooth", 3, "Running-mean window in evaluations.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: DIR).")
 flags.DEFINE_bool("verbose", False, "Show the traceback of input errors too.")
@@ -57,7 +60,8 @@ def _main(argv):
   if not os.path.isdir(sweep_dir):
     raise NotADirectoryError(f"sweep directory {sweep_dir!r} is a file; pass the sweep's --workdir")
   report = report_lib.build_report(sweep_dir, profile=find_profile(sweep_dir, _THROUGHPUT.value),
-                                   metric=_METRIC.value, target=_TARGET.value, window=_SMOOTH.value)
+                                   metric=_METRIC.value, target=_TARGET.value, window=_SMOOTH.value,
+                                   allow_weak_target=_ALLOW_WEAK.value)
   paths = report_writer.write_report(report, sweep_dir, _OUT.value)
   t = report["target"]
   print(f"report: {len(report['runs'])} runs, target {t['metric']} >= {t['value']:g}; "

@@ -1,13 +1,14 @@
 """Command-line entry point of a sweep:
 
   python -m rlscale.sweep --config=experiments/sweeps/batch_lr.py[:smoke] --workdir=DIR
-      [--parallel=N] [--list] [--shard=i/n] [--config.X=...]
+      [--parallel=N] [--list] [--shard=i/n] [--validate] [--config.X=...]
 
 `--config` is a sweep file (`get_config(arg)` base config, `get_sweep(arg)` runs); `--config.X=...`
 overrides the base for every run. Runs go to DIR/runs/<name>, their shared warm start to DIR/sft,
 statuses and errors to DIR/sweep.json (a run that fails before writing results leaves no
 DIR/runs/<name>). `--list` prints one shell command per run (for a job-array
-scheduler) and runs nothing; `--shard=i/n` runs every n-th run from i. The exit status is the
+scheduler) and runs nothing; `--shard=i/n` runs every n-th run from i; `--validate` (after the
+sweep) runs the runs its report's decisions compare one at a time, alone, into DIR/validation. The exit status is the
 number of failed runs (2 with one `error:` line for bad input). The work is done by
 `rlscale.scaling.sweep.run_sweep`, which the notebooks call too.
 """
@@ -31,6 +32,9 @@ _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time (separate proces
                                  "each pinned to its share of the cores).")
 _LIST = flags.DEFINE_bool("list", False, "Print one shell command per run and exit.")
 _SHARD = flags.DEFINE_string("shard", None, "i/n: run every n-th run starting at i (0-based).")
+_VALIDATE = flags.DEFINE_bool("validate", False, "After the sweep: run the report's decisions' "
+                              "runs one at a time, alone, into DIR/validation (their own clocks "
+                              "check the predicted time ratios); resumable.")
 flags.DEFINE_bool("verbose", False, "Show the traceback of config and input errors too.")
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -49,8 +53,14 @@ def _main(argv):
     for run in runs:
       print(sweep.shell_command(sweep.run_command(run, spec, _WORKDIR.value, overrides)))
     return 0
-  summary = sweep.run_sweep(spec, _WORKDIR.value, overrides=overrides, parallel=_PARALLEL.value,
-                            shard=shard)
+  if _VALIDATE.value:
+    if shard is not None or _PARALLEL.value != 1:
+      raise cli.UsageError("--validate runs one run at a time on the whole sweep: drop --shard "
+                           "and --parallel")
+    summary = sweep.run_validation(spec, _WORKDIR.value, overrides=overrides)
+  else:
+    summary = sweep.run_sweep(spec, _WORKDIR.value, overrides=overrides, parallel=_PARALLEL.value,
+                              shard=shard)
   failed = summary["failed"]
   if summary["interrupted_by"] is not None:
     stopped = sum(s == "interrupted" for s in summary["statuses"].values())

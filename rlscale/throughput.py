@@ -42,9 +42,11 @@ def _main(argv):
   fit = result["fits"]
   if fit:
     until = fit["generation"]["bandwidth_bound_until_batch"]
+    inside = fit["generation"]["bandwidth_bound_within_measured"]
     print(f"throughput: generation throughput ratio {fit['generation_throughput_ratio']:.2f}x "
-          f"(largest / smallest batch); generation bandwidth-bound up to B ~ "
-          f"{until if until is None else round(until)}")
+          "(largest / smallest batch); " + (
+              f"generation bandwidth-bound up to B ~ {round(until)}" if inside else
+              "no end of a bandwidth-bound regime inside the batches measured"))
   print(f"throughput: {_OUT.value}/throughput.json, {result['plot']}")
 
 

@@ -2,13 +2,19 @@
 
 A curve is (samples [n] responses consumed, values [n] held-out metric), one point per evaluation,
 the warm start at samples = 0 included. Conventions (docs/design.md, "The study"):
-- smoothing: trailing running mean over the last `window` evaluations (fewer at the start), so a
-  smoothed value only uses evaluations already made;
-- samples-to-target N*: linear interpolation of the smoothed curve between the two evaluations
-  around its first crossing of the target; a curve that never reaches it is censored (its budget is
-  a lower bound), never dropped;
+- smoothing: a centred running mean over `window` evaluations (`centred_mean`: the evaluation and
+  (window - 1) / 2 on each side, fewer at the ends). It looks ahead, which is sound because the
+  report runs on complete curves; a trailing mean would move every crossing later by
+  (window - 1) / 2 evaluation intervals, so N* would carry a bias of that many responses;
+- samples-to-target N* is the *sustained* crossing: the smoothed curve crosses the target for the
+  last time from below and stays at or above it to the end of the run, interpolated linearly
+  between the two evaluations around that crossing. A held-out metric inside its evaluation noise
+  crosses and falls back; the first crossing (`Crossing.first`, reported beside it) counts such a
+  lucky evaluation as reaching the target. A curve that ends below the target is censored (its
+  budget is a lower bound), never dropped;
 - invariance score: mean absolute gap between a curve and the reference batch's curve on a common
-  grid of sample counts.
+  grid of sample counts, the 0-sample point left out (runs on one warm start share it exactly,
+  a structural zero that would dilute every score).
 """
 
 from __future__ import annotations
@@ -22,14 +28,16 @@ class Crossing(NamedTuple):
   """Samples-to-target of one curve.
 
   Attributes:
-    samples: responses consumed when the smoothed curve first reaches the target (float), or None
-      when censored.
-    censored: True when the curve never reaches the target within its budget.
+    samples: responses consumed at the sustained crossing (float), or None when censored.
+    censored: True when the smoothed curve ends below the target (no sustained crossing).
     bound: `samples` when reached, else the budget (last sample count): a lower bound on N*.
+    first: responses consumed at the first crossing (float), or None when the curve never
+      reaches the target.
   """
   samples: float | None
   censored: bool
   bound: float
+  first: float | None = None
 
 
 def _check_curve(samples, values) -> tuple[np.ndarray, np.ndarray]:
@@ -43,43 +51,54 @@ def _check_curve(samples, values) -> tuple[np.ndarray, np.ndarray]:
   return s, v
 
 
-def running_mean(values: Sequence[float], window: int) -> np.ndarray:
-  """Trailing mean: out[i] = mean(values[max(0, i - window + 1) : i + 1]); [n] float64.
-
-  Raises ValueError for window < 1."""
+def centred_mean(values: Sequence[float], window: int) -> np.ndarray:
+  """Centred mean: out[i] = mean(values[i - h : i + h + 1]) clipped to the curve, h = window // 2
+  (an even window is widened by one); [n] float64. Raises ValueError for window < 1."""
   if window < 1:
     raise ValueError(f"smoothing window must be >= 1 evaluation, got {window}")
   v = np.asarray(values, np.float64)
+  h = window // 2
   cumsum = np.concatenate([[0.0], np.cumsum(v)])
   idx = np.arange(v.size)
-  start = np.maximum(idx - window + 1, 0)
-  return (cumsum[idx + 1] - cumsum[start]) / (idx + 1 - start)
+  start, stop = np.maximum(idx - h, 0), np.minimum(idx + h + 1, v.size)
+  return (cumsum[stop] - cumsum[start]) / (stop - start)
+
+
+def _interpolated(s: np.ndarray, m: np.ndarray, target: float, i: int) -> float:
+  """Samples where the segment (i - 1, i) meets the target, m[i-1] < target <= m[i]."""
+  frac = (target - m[i - 1]) / (m[i] - m[i - 1])
+  return float(s[i - 1] + frac * (s[i] - s[i - 1]))
 
 
 def samples_to_target(samples: Sequence[float], values: Sequence[float], target: float, *,
                       window: int = 1, higher_is_better: bool = True) -> Crossing:
-  """Responses consumed until the smoothed curve first reaches `target`.
+  """Responses consumed until the smoothed curve reaches `target` to stay (module docstring).
 
   Args:
     samples: [n] strictly increasing responses consumed at each evaluation.
     values: [n] held-out metric at those evaluations.
     target: the level to reach (>= when higher_is_better, else <=).
-    window: running-mean window in evaluations (1 = no smoothing).
-  Returns: a Crossing; when the first point already meets the target, samples = its sample count.
+    window: centred running-mean window in evaluations (1 = no smoothing).
+  Returns: a Crossing: `samples` at the sustained crossing, `first` at the first one; when the
+  whole smoothed curve meets the target, both are the first sample count.
+  Raises ValueError for curves of unequal or zero length or samples not increasing.
   """
   s, v = _check_curve(samples, values)
-  m = running_mean(v, window)
+  m = centred_mean(v, window)
   if not higher_is_better:
     m, target = -m, -target
-  hit = np.flatnonzero(m >= target)
-  if hit.size == 0:
-    return Crossing(None, True, float(s[-1]))
-  i = int(hit[0])
-  if i == 0:
-    return Crossing(float(s[0]), False, float(s[0]))
-  frac = (target - m[i - 1]) / (m[i] - m[i - 1])  # m[i-1] < target <= m[i]
-  crossed = float(s[i - 1] + frac * (s[i] - s[i - 1]))
-  return Crossing(crossed, False, crossed)
+  met = m >= target
+  if not met.any():
+    return Crossing(None, True, float(s[-1]), None)
+  i_first = int(np.flatnonzero(met)[0])
+  first = float(s[0]) if i_first == 0 else _interpolated(s, m, target, i_first)
+  if not met[-1]:
+    return Crossing(None, True, float(s[-1]), first)
+  below = np.flatnonzero(~met)
+  if below.size == 0:
+    return Crossing(float(s[0]), False, float(s[0]), first)
+  sustained = _interpolated(s, m, target, int(below[-1]) + 1)
+  return Crossing(sustained, False, sustained, first)
 
 
 def interpolate(samples: Sequence[float], values: Sequence[float], grid: Sequence[float]) -> np.ndarray:
@@ -98,11 +117,14 @@ def common_grid(curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> np
   return points[(points >= lo) & (points <= hi)]
 
 
-def curve_gap(curve, reference) -> float:
-  """Mean absolute gap |curve - reference| over their common grid (both (samples, values)).
+def curve_gap(curve, reference, *, skip_start: bool = True) -> float:
+  """Mean absolute gap |curve - reference| over their common grid (both (samples, values)),
+  without the 0-sample point when skip_start (module docstring).
 
   Raises ValueError when the curves share no sample range."""
   grid = common_grid([curve, reference])
+  if skip_start:
+    grid = grid[grid > 0]
   if grid.size == 0:
     raise ValueError("curves share no range of sample counts")
   return float(np.mean(np.abs(interpolate(*curve, grid) - interpolate(*reference, grid))))

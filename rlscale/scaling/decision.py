@@ -1,16 +1,33 @@
-"""The decision rule and its bootstrap confidence intervals.
+"""The decision rule, paired intervals over seeds, and three-valued verdicts.
 
 A candidate batch reaches the target sooner than the base iff its time-to-target is smaller:
-T = N* / q, so iff q_cand / q_base > N*_cand / N*_base (throughput ratio beats samples ratio).
-Samples-to-target varies between seeds; intervals come from a bootstrap over seeds (each batch's
-seeds resampled with replacement, independently), percentile method.
+T = N* / q, so iff q_cand / q_base > N*_cand / N*_base (throughput ratio beats samples ratio), i.e.
+iff the predicted time ratio T_cand / T_base = (N*_cand / N*_base) / (q_cand / q_base) is below 1.
+
+Seeds. Runs that share a seed key (the warm start's seed and the RL seed) share the warm start and
+the prompt stream (common random numbers), so a candidate and its base are compared seed by seed:
+the interval is on the mean of the paired log ratios d_i = log(c_i / b_i),
+
+  exp(mean(d) +- t_{n-1, (1+level)/2} * sd(d) / sqrt(n)),
+
+a t interval. With the 3-10 seeds a study affords, a bootstrap would be the wrong tool: n seeds
+give at most n^n resamples and the percentile bootstrap's coverage falls well below its level
+(2 seeds: the two-value range, ~50%); the t interval is exact when the log ratios are normal and
+close to it for the near-symmetric log ratios of samples-to-target. Below MIN_SEEDS paired seeds
+no interval is given (None), and every verdict built on it is "unresolved".
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Hashable, Mapping, NamedTuple, Sequence
 
 import numpy as np
+from scipy import stats
+
+MIN_SEEDS = 3  # below this, no interval is printed
+LEVEL = 0.95
+VERDICTS = ("faster", "slower", "unresolved")
 
 
 def predicted_faster(throughput_ratio: float, samples_ratio: float) -> bool:
@@ -18,36 +35,84 @@ def predicted_faster(throughput_ratio: float, samples_ratio: float) -> bool:
   return bool(throughput_ratio > samples_ratio)
 
 
-def bootstrap_ratio_ci(candidate: Sequence[float], base: Sequence[float], *, resamples: int = 2000,
-                       level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-  """Percentile bootstrap interval of mean(candidate) / mean(base) over seeds.
-
-  Args: per-seed values (e.g. samples-to-target) of the candidate and the base, >= 1 each.
-  Returns: (low, high); with one value on each side the interval is that ratio twice.
-  Raises ValueError for an empty side or a level outside (0, 1)."""
-  c, b = np.asarray(candidate, np.float64), np.asarray(base, np.float64)
-  if c.size == 0 or b.size == 0:
-    raise ValueError("bootstrap needs at least one value for the candidate and the base")
-  rng = np.random.default_rng(seed)
-  return _interval(_resampled_means(c, rng, resamples) / _resampled_means(b, rng, resamples), level)
-
-
-def bootstrap_mean_ci(values: Sequence[float], *, resamples: int = 2000, level: float = 0.95,
-                      seed: int = 0) -> tuple[float, float]:
-  """Percentile bootstrap interval of the mean over seeds; raises ValueError when empty."""
-  v = np.asarray(values, np.float64)
-  if v.size == 0:
-    raise ValueError("bootstrap needs at least one value")
-  return _interval(_resampled_means(v, np.random.default_rng(seed), resamples), level)
-
-
-def _resampled_means(values: np.ndarray, rng, resamples: int) -> np.ndarray:
-  """[resamples] means of `values` resampled with replacement."""
-  return values[rng.integers(0, values.size, (resamples, values.size))].mean(axis=1)
-
-
-def _interval(estimates: np.ndarray, level: float) -> tuple[float, float]:
+def _check_level(level: float) -> None:
   if not 0 < level < 1:
     raise ValueError(f"confidence level must be in (0, 1), got {level}")
-  tail = (1 - level) / 2 * 100
-  return float(np.percentile(estimates, tail)), float(np.percentile(estimates, 100 - tail))
+
+
+def t_interval(values: Sequence[float], *, level: float = LEVEL) -> tuple[float, float] | None:
+  """t interval of the mean of `values` (mean +- t_{n-1} sd / sqrt(n)), or None for n < MIN_SEEDS.
+
+  Raises ValueError for a level outside (0, 1) or a non-finite value."""
+  _check_level(level)
+  v = np.asarray(values, np.float64)
+  if not np.all(np.isfinite(v)):
+    raise ValueError(f"t interval needs finite values, got {v}")
+  if v.size < MIN_SEEDS:
+    return None
+  half = stats.t.ppf((1 + level) / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
+  return float(v.mean() - half), float(v.mean() + half)
+
+
+class PairedRatio(NamedTuple):
+  """Candidate over base, paired by seed key.
+
+  Attributes:
+    ratio: exp(mean of the paired log ratios): the geometric mean of c_i / b_i (float).
+    ci: (low, high) t interval of that ratio at `level`, or None below MIN_SEEDS pairs.
+    n: number of paired seed keys.
+    seeds: the paired keys, sorted.
+  """
+  ratio: float
+  ci: tuple[float, float] | None
+  n: int
+  seeds: list
+
+
+def paired_log_ratio(candidate: Mapping[Hashable, float], base: Mapping[Hashable, float], *,
+                     level: float = LEVEL) -> PairedRatio:
+  """Paired ratio candidate / base over the seed keys both have (module docstring).
+
+  Args:
+    candidate, base: {seed key: positive value}, e.g. samples-to-target in responses or
+      time-to-target in seconds per seed.
+    level: confidence level of the interval.
+  Returns: a PairedRatio. Raises ValueError when no key is common to both, for a value <= 0 or
+  non-finite (a ratio of it is undefined), or a level outside (0, 1)."""
+  seeds = sorted(set(candidate) & set(base), key=repr)
+  if not seeds:
+    raise ValueError(f"no seed in common between candidate {sorted(candidate, key=repr)} and base "
+                     f"{sorted(base, key=repr)}: a paired ratio needs runs that share a seed")
+  c = np.asarray([candidate[s] for s in seeds], np.float64)
+  b = np.asarray([base[s] for s in seeds], np.float64)
+  if np.any(~np.isfinite(c) | ~np.isfinite(b) | (c <= 0) | (b <= 0)):
+    raise ValueError(f"paired ratio needs positive finite values, got candidate {c}, base {b}")
+  d = np.log(c) - np.log(b)
+  ci = t_interval(d, level=level)
+  return PairedRatio(float(math.exp(d.mean())), None if ci is None else
+                     (float(math.exp(ci[0])), float(math.exp(ci[1]))), len(seeds), seeds)
+
+
+def verdict(time_ratio_ci: Sequence[float] | None, *, censored: bool = False) -> str:
+  """"faster" when the whole interval of T_cand / T_base lies below 1, "slower" when above 1,
+  else "unresolved": also without an interval (fewer than MIN_SEEDS seeds) and whenever a side
+  is censored (a lower bound on N* gives no ratio)."""
+  if censored or time_ratio_ci is None:
+    return "unresolved"
+  low, high = time_ratio_ci
+  if high < 1.0:
+    return "faster"
+  if low > 1.0:
+    return "slower"
+  return "unresolved"
+
+
+def time_ratio_interval(samples_ci: Sequence[float] | None, throughput_ratio: float,
+                        throughput_ci: Sequence[float] | None = None) -> tuple[float, float] | None:
+  """Interval of the predicted time ratio (N*_c / N*_b) / (q_c / q_b) from the samples ratio's
+  interval and the throughput ratio (with its interval, the conservative combination: the low end
+  over the highest q ratio, the high end over the lowest). None when samples_ci is None."""
+  if samples_ci is None:
+    return None
+  q_low, q_high = throughput_ci if throughput_ci else (throughput_ratio, throughput_ratio)
+  return float(samples_ci[0] / q_high), float(samples_ci[1] / q_low)

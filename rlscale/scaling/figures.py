@@ -3,8 +3,8 @@
 1. held-out metric vs responses consumed, a line per batch, a panel per LR rule, seed bands;
 2. the same vs the runs' own wall-clock seconds;
 3. throughput vs batch by phase: measured points and the fitted cost model;
-4. samples- and time-to-target vs batch with bootstrap intervals, and the decision rule
-   (throughput ratio vs samples ratio) beside the measured outcome;
+4. samples- and time-to-target vs batch with paired t intervals (from 3 seeds), and the decision
+   rule (throughput ratio vs samples ratio) coloured by its three-valued verdict;
 5. gradient noise scale B_simple over training, with the batch sizes tried;
 6. each phase's share of RL time per batch.
 """
@@ -32,7 +32,7 @@ def _colors(batches):
 
 
 def _rules(report):
-  rules = [r for r in ("none", "sqrt", "linear") if r in report["invariance"]]
+  rules = [r for r in ("none", "sqrt", "sqrt_adam", "linear") if r in report["invariance"]]
   return rules or ["tuned"]
 
 
@@ -50,6 +50,7 @@ def learning_curves(report, runs, out_dir, *, x="samples") -> str:
   metric, target, window = (report["target"]["metric"], report["target"]["value"],
                             report["target"]["smoothing_window"])
   rules = _rules(report)
+  eval_size = report["target"].get("eval_size") if x == "samples" else None
   batches = sorted({r["batch_size"] for r in report["runs"]})
   colors = _colors(batches)
   groups = {(g["rule"], g["batch_size"]): g for g in report["groups"]}
@@ -63,7 +64,7 @@ def learning_curves(report, runs, out_dir, *, x="samples") -> str:
       curves = []
       for name in group["runs"]:
         xs, ys = runs[name].curve(metric, x)
-        curves.append((xs, curves_lib.running_mean(ys, window)))
+        curves.append((xs, curves_lib.centred_mean(ys, window)))
       label = f"B={batch} (lr {group['learning_rate']:.2g}, {len(curves)} seeds)"
       if x != "samples":  # each run has its own clock: one line per seed, no band
         for i, (xs, ys) in enumerate(curves):
@@ -73,15 +74,21 @@ def learning_curves(report, runs, out_dir, *, x="samples") -> str:
       if grid.size == 0:
         continue
       values = np.stack([np.interp(grid, c[0], c[1]) for c in curves])
-      ax.plot(grid, values.mean(0), color=colors[batch], label=label)
+      mean = values.mean(0)
+      ax.plot(grid, mean, color=colors[batch], label=label)
       if len(curves) > 1:
         ax.fill_between(grid, values.min(0), values.max(0), color=colors[batch], alpha=0.2)
+      if eval_size:  # the evaluation's own noise: one binomial SE of the smoothed seed mean
+        se = np.sqrt(np.clip(mean * (1 - mean), 0, None) / eval_size / window / len(curves))
+        ax.plot(grid, mean + se, color=colors[batch], ls=":", lw=0.7)
+        ax.plot(grid, mean - se, color=colors[batch], ls=":", lw=0.7)
     ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_title(f"LR rule: {rule}")
     ax.set_xlabel("responses consumed" if x == "samples" else "wall-clock time of the run (s)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-  axes[0][0].set_ylabel(f"{metric} (smoothed over {window} evals)")
+  axes[0][0].set_ylabel(f"{metric} (centred mean over {window} evals)" + (
+      "\nband: seed range; dotted: +-1 evaluation SE" if eval_size else ""))
   axis = "responses consumed" if x == "samples" else "wall-clock seconds"
   fig.suptitle(f"{report['sweep']}: held-out {metric} vs {axis}")
   return _save(fig, out_dir, "fig1_curves_vs_samples.png" if x == "samples"
@@ -133,16 +140,18 @@ def _bounded_points(ax, batches, values, errors, censored, rule, color):
 
 
 def target_figure(report, out_dir) -> str:
-  """Figure 4: samples- and time-to-target vs batch per rule (bootstrap 95% intervals over seeds;
-  open markers with an upward arrow and no connecting line: some seed censored, a lower bound),
-  and predicted vs measured decisions."""
+  """Figure 4: samples- and time-to-target vs batch per rule (95% t intervals over seeds from 3
+  seeds; open markers with an upward arrow and no connecting line: some seed censored, a lower
+  bound), and the decisions coloured by verdict (a decision with a censored side drawn apart, as an
+  open marker: it is unresolved)."""
   fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
   rules = sorted({g["rule"] for g in report["groups"]})
   for k, rule in enumerate(rules):
     rows = sorted((g for g in report["groups"] if g["rule"] == rule), key=lambda g: g["batch_size"])
     b = [g["batch_size"] for g in rows]
     n = [g["samples_to_target_mean"] for g in rows]
-    err = np.abs(np.asarray([g["samples_to_target_ci"] for g in rows]).T - np.asarray(n))
+    err = np.asarray([np.abs(np.asarray(g["samples_to_target_ci"]) - g["samples_to_target_mean"])
+                      if g["samples_to_target_ci"] else [0, 0] for g in rows]).T
     t = [g["time_to_target_s"] if g["time_to_target_s"] is not None else np.nan for g in rows]
     terr = np.asarray([np.abs(np.asarray(g["time_to_target_ci"]) - g["time_to_target_s"])
                        if g["time_to_target_ci"] else [0, 0] for g in rows]).T
@@ -164,9 +173,10 @@ def target_figure(report, out_dir) -> str:
     ax.scatter([], [], marker=marker, facecolor="none", edgecolor="k", label=rule)
   labels = {}
   for d in dec:
-    color = {True: "tab:green", False: "tab:red", None: "tab:gray"}[d["measured_faster"]]
-    ax.scatter(d["samples_ratio"], d["throughput_ratio"], color=color, s=40,
-               marker=markers[d["lr_rule"]], alpha=0.8)
+    color = {"faster": "tab:green", "slower": "tab:red", "unresolved": "tab:gray"}[d["verdict"]]
+    ax.scatter(d["samples_ratio"], d["throughput_ratio"], s=40, marker=markers[d["lr_rule"]],
+               alpha=0.8, **({"facecolor": "none", "edgecolor": color} if d["censored"]
+                             else {"color": color}))
     key = (d["candidate"], d["base"])
     labels[key] = min(labels.get(key, (np.inf, 0)), (d["samples_ratio"], d["throughput_ratio"]))
   for (candidate, base), (x, y) in labels.items():
@@ -180,8 +190,9 @@ def target_figure(report, out_dir) -> str:
     ax.fill_between([0, hi], [0, hi], [hi, hi], color="tab:green", alpha=0.07)
   ax.set_xlabel("samples ratio N*(cand) / N*(base)")
   ax.set_ylabel("throughput ratio q(cand) / q(base)")
-  ax.set_title("decision rule: above the diagonal = predicted faster\n"
-               "dot colour = measured (green faster, red slower, grey unknown)", fontsize=9)
+  ax.set_title("decision rule: above the diagonal = faster at the point estimate\n"
+               "colour = verdict from the 95% interval (green faster, red slower, grey unresolved;\n"
+               "open = a side censored)", fontsize=8)
   ax.grid(alpha=0.3)
   fig.suptitle(f"{report['sweep']}: samples- and time-to-target vs batch "
                f"(target {report['target']['metric']} = {report['target']['value']:g})", y=1.06)
@@ -254,7 +265,8 @@ def throughput_profile_figure(profile, out_dir) -> str:
     until = g["bandwidth_bound_until_batch"]
     left.plot(grid, g["intercept"] + g["slope"] * grid, "C0--", lw=0.8,
               label=f"generation fit {fits.cost_line_text(g, slope_format='.2g')}"
-              + (f" (bandwidth-bound below B={until:.0f})" if until else ""))
+              + (f" (bandwidth-bound below B={until:.0f})"
+                 if until and g.get("bandwidth_bound_within_measured") else ""))
     st = fit["step"]
     left.plot(grid, st["intercept"] + st["slope"] * grid, "C3--", lw=0.8,
               label=f"step fit {fits.cost_line_text(st, slope_format='.2g')}")

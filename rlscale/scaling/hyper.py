@@ -139,6 +139,19 @@ def shard(items: Sequence[Any], index: int, count: int) -> list[Any]:
   return list(items[index::count])
 
 
+def lr_grid(*, prompts_per_step: Sequence[int], learning_rate: float,
+            multipliers: Sequence[float], rule: str = "sqrt") -> list[Overrides]:
+  """An LR grid at every batch: for each P, the LR rule's value times each multiplier (e.g.
+  (0.5, 1, 2) around sqrt), so the tuned group of the report brackets its optimum at every batch
+  it names. [{"rl.prompts_per_step": P, "optim.lr_scaling": rule, "optim.learning_rate":
+  learning_rate x m}] (multiplier 1 writes learning_rate itself, the rule's own run). Raises
+  ValueError for an empty grid or a multiplier <= 0."""
+  if not multipliers or any(m <= 0 for m in multipliers):
+    raise ValueError(f"LR grid multipliers must be a non-empty list of values > 0, got {multipliers}")
+  return product(sweep("rl.prompts_per_step", prompts_per_step), fixed("optim.lr_scaling", rule),
+                 sweep("optim.learning_rate", [learning_rate * m for m in multipliers]))
+
+
 def batch_lr_grid(*, prompts_per_step: Sequence[int], seeds: Sequence[int], learning_rate: float,
                   rules: Sequence[str] = ("none", "sqrt"), grid_prompts: Sequence[int] = (),
                   grid_multipliers: Sequence[float] = (), grid_rule: str = "sqrt") -> list[Overrides]:
@@ -149,6 +162,6 @@ def batch_lr_grid(*, prompts_per_step: Sequence[int], seeds: Sequence[int], lear
   are merged when the sweep is planned (`rlscale.scaling.sweep.plan`), not here."""
   runs = product(sweep("rl.prompts_per_step", prompts_per_step), sweep("optim.lr_scaling", rules))
   if grid_prompts and grid_multipliers:
-    runs += product(sweep("rl.prompts_per_step", grid_prompts), fixed("optim.lr_scaling", grid_rule),
-                    sweep("optim.learning_rate", [learning_rate * m for m in grid_multipliers]))
+    runs += lr_grid(prompts_per_step=grid_prompts, learning_rate=learning_rate,
+                    multipliers=grid_multipliers, rule=grid_rule)
   return product(sweep("seed", seeds), runs)

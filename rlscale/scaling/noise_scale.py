@@ -13,7 +13,7 @@ device's share; the update step logs both norms (rlscale/train/update.py).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -55,3 +55,48 @@ def b_simple(g_small_sq, g_big_sq, b_small, b_big, *, decay: float = 0.9) -> np.
   s = ema(np.atleast_1d(trace), decay)
   with np.errstate(divide="ignore", invalid="ignore"):
     return np.where(g > 0, s / np.where(g > 0, g, 1.0), np.inf)
+
+
+class Pooled(NamedTuple):
+  """A pooled B_simple over a window of steps.
+
+  Attributes:
+    b_simple: sum(tr(Sigma)) / sum(|G|^2) over the steps (responses, or the unit the caller
+      converts to); inf when the summed |G|^2 is not positive (noise dominates the window).
+    ci: (low, high) percentile interval over steps resampled with replacement (inf where a
+      resample's |G|^2 sum is not positive), or None for fewer than 2 steps.
+    steps: steps pooled.
+  """
+  b_simple: float
+  ci: tuple[float, float] | None
+  steps: int
+
+
+def _ratio(trace_sum, grad_sq_sum):
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return np.where(grad_sq_sum > 0, trace_sum / np.where(grad_sq_sum > 0, grad_sq_sum, 1.0), np.inf)
+
+
+def pooled_b_simple(g_small_sq, g_big_sq, b_small, b_big, *, level: float = 0.95,
+                    resamples: int = 2000, seed: int = 0) -> Pooled:
+  """B_simple pooled over steps: sum of the unbiased tr(Sigma) estimates over the sum of the
+  unbiased |G|^2 estimates (a ratio of means, McCandlish et al. 2018 A.1), nothing dropped: a
+  window where noise dominates gives inf instead of vanishing from a median. The interval
+  resamples steps independently (successive steps are correlated, so it is somewhat narrow).
+
+  Args: [n] per-step squared norms and batch sizes (as `unbiased_estimates`).
+  Raises ValueError as `unbiased_estimates`, for n = 0, or a level outside (0, 1)."""
+  if not 0 < level < 1:
+    raise ValueError(f"confidence level must be in (0, 1), got {level}")
+  grad_sq, trace = unbiased_estimates(g_small_sq, g_big_sq, b_small, b_big)
+  grad_sq, trace = np.atleast_1d(grad_sq), np.atleast_1d(trace)
+  if grad_sq.size == 0:
+    raise ValueError("pooled noise scale needs at least one step")
+  estimate = float(_ratio(trace.sum(), grad_sq.sum()))
+  if grad_sq.size < 2:
+    return Pooled(estimate, None, 1)
+  idx = np.random.default_rng(seed).integers(0, grad_sq.size, (resamples, grad_sq.size))
+  draws = _ratio(trace[idx].sum(axis=1), grad_sq[idx].sum(axis=1))
+  tail = (1 - level) / 2 * 100
+  low, high = (float(np.percentile(draws, q, method="nearest")) for q in (tail, 100 - tail))
+  return Pooled(estimate, (low, high), int(grad_sq.size))

@@ -11,13 +11,15 @@ from rlscale.scaling import figures, fits
 from rlscale.scaling import report as report_lib
 
 RUN_COLUMNS = ("name", "prompts_per_step", "group_size", "batch_size", "lr_rule", "learning_rate",
-               "lr_multiplier", "seed", "samples_to_target", "censored", "samples_lower_bound",
+               "lr_multiplier", "sft_seed", "seed", "samples_to_target", "samples_to_target_first",
+               "censored", "samples_lower_bound",
                "throughput_responses_per_s", "time_to_target_s", "measured_time_to_target_s",
                "run_throughput_responses_per_s", "final_metric", "warm_start_metric",
                "wall_seconds")
-DECISION_COLUMNS = ("lr_rule", "base", "candidate", "throughput_ratio", "samples_ratio",
-                    "predicted_faster", "measured_faster", "predicted_time_ratio",
-                    "measured_time_ratio", "censored")
+DECISION_COLUMNS = ("lr_rule", "base", "candidate", "n_seeds", "throughput_ratio", "samples_ratio",
+                    "predicted_time_ratio", "verdict", "censored")
+VALIDATION_COLUMNS = ("lr_rule", "base", "candidate", "predicted_time_ratio", "measured_time_ratio",
+                      "predicted_verdict", "measured_verdict", "n_seeds", "source")
 
 
 def _reference(report) -> str:
@@ -70,105 +72,156 @@ def _lower_bound(x, censored: bool) -> str:
   return (">= " if censored and x is not None else "") + _fmt(x)
 
 
-def markdown(report, figure_paths) -> str:
-  """report.md: what was measured and the answers, with numbers."""
+def _ci(ci) -> str:
+  """"[lo, hi]", or "-" where there is no interval (fewer than 3 seeds)."""
+  return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-"
+
+
+SMOKE_BANNER = ("> **Smoke sweep: this report checks the pipeline only.** Its runs are too short, "
+                "too small and too few to answer anything; no number below is a result.")
+
+
+def _header(report) -> list[str]:
   t = report["target"]
-  lines = [f"# Batch-size study: {report['sweep']}", "",
-           f"Target: {t['metric']} >= {t['value']:g} ({t['chosen']}; running mean over "
-           f"{t['smoothing_window']} evaluations). Base learning rate {report['base_learning_rate']:g} "
-           f"at reference batch {_reference(report)}. Throughput from: "
-           f"{report['throughput_source']} ({'measured alone on the machine' if report['throughput_source'] == 'profile' else 'the runs own clocks; runs of a parallel sweep share cores'}).",
-           ""]
+  z = t.get("standard_errors_above_warm_start")
+  weak = ("**WEAK TARGET: fewer than 3 standard errors above the warm start, reported only "
+          "because --allow_weak_target was given.** " if t.get("weak") else "")
+  source = ("measured alone on the machine" + (f" ({report['throughput_device']})"
+                                               if report.get("throughput_device") else "")
+            if report["throughput_source"] == "profile" else
+            "the runs' own clocks; runs of a parallel sweep share cores")
+  lines = [f"# Batch-size study: {report['sweep']}", ""]
+  if report.get("smoke"):
+    lines += [SMOKE_BANNER, ""]
+  lines += [f"{weak}Target: {t['metric']} >= {t['value']:g} ({t['chosen']}; "
+            + (f"{z:.1f} binomial standard errors above the warm start {t['warm_start']:.3f} on "
+               f"{t['eval_size']} prompts" if z is not None else "distance from the warm start unknown")
+            + f"). N* is the sustained crossing of the {t['smoothing']} over "
+            f"{t['smoothing_window']} evaluations (first crossing in runs.csv). Base learning rate "
+            f"{report['base_learning_rate']:g} at reference batch {_reference(report)}. Seed keys "
+            f"(warm-start seed, RL seed): {len(report['seeds'])}; intervals are paired t intervals "
+            f"on log ratios, none below 3 seeds. Throughput from: {report['throughput_source']} "
+            f"({source}).", ""]
   if report.get("runs_not_started"):
     lines += [f"Left out, no RL step taken yet: {', '.join(report['runs_not_started'])}.", ""]
-  inv = report["invariance"]
-  if inv:
-    lines += ["## Invariance (mean |gap| of the smoothed held-out curve to the reference batch's,"
-              " same seed, averaged over seeds; 0 = identical)", "",
-              "| rule | reference B | " + " | ".join(
-                  f"B={b}" for b in sorted({int(b) for r in inv.values() for b in r["scores"]}))
-              + " | mean | seed-to-seed gap at reference |", ""]
-    lines[-1] = lines[-1].rstrip()
-    all_b = sorted({int(b) for r in inv.values() for b in r["scores"]})
-    lines.pop()
-    lines.append("|" + "---|" * (len(all_b) + 4))
-    for rule, entry in inv.items():
-      cells = [_fmt(entry["scores"].get(str(b))) for b in all_b]
-      lines.append(f"| {rule} | {entry['reference_batch']} | " + " | ".join(cells) +
-                   f" | {_fmt(entry['mean_score'])} | {_fmt(entry['noise_floor'])} |")
-    if "none" in inv and "sqrt" in inv:
-      n, s = inv["none"]["mean_score"], inv["sqrt"]["mean_score"]
-      verdict = ("sqrt keeps the curves closer to the reference batch than none"
-                 if s < n else "sqrt does NOT keep the curves closer than none")
-      lines += ["", f"**{verdict}**: mean gap {s:.4f} (sqrt) vs {n:.4f} (none); seed-to-seed gap "
-                f"at the reference batch {_fmt(inv['sqrt']['noise_floor'])}."]
-    lines.append("")
+  return lines
+
+
+def _claims(report) -> list[str]:
+  mark = {True: "resolved", False: "not resolved", None: "measured"}
+  return ["## Conclusions (generated from the numbers below)", "",
+          *[f"- [{mark[c['resolved']]}] {c['text']}" for c in report["claims"]], ""]
+
+
+def _invariance(report) -> list[str]:
+  inv = {k: v for k, v in report["invariance"].items() if k != "comparisons"}
+  if not inv:
+    return []
+  all_b = sorted({int(b) for r in inv.values() for b in r["scores"]})
+  lines = ["## Invariance (mean |gap| of the smoothed held-out curve to the reference batch's,"
+           " same seed key, 0-sample point left out, averaged over seeds; 0 = identical)", "",
+           "| rule | reference B | " + " | ".join(f"B={b}" for b in all_b)
+           + " | mean | noise floor (RL seeds, same warm start) |",
+           "|" + "---|" * (len(all_b) + 4)]
+  for rule, entry in inv.items():
+    cells = [_fmt(entry["scores"].get(str(b))) for b in all_b]
+    floor = (_fmt(entry["noise_floor"]) if entry["noise_floor"] is not None
+             else "- (no two RL seeds share a warm start)")
+    lines.append(f"| {rule} | {entry['reference_batch']} | " + " | ".join(cells) +
+                 f" | {_fmt(entry['mean_score'])} | {floor} |")
+  for name, c in (report["invariance"].get("comparisons") or {}).items():
+    lines += ["", f"{name.replace('_minus_', ' minus ')}: {c['difference']:+.4f} {_ci(c['ci'])} over "
+              f"{c['n']} seed(s): **{'resolved' if c['resolved'] else 'not resolved'}**."]
+  return lines + [""]
+
+
+def _throughput(report) -> list[str]:
   ratio = report["generation_throughput_ratio"]
-  lines += ["## Throughput", "",
-            f"Generation throughput ratio, largest over smallest batch: **{_fmt(ratio)}x**.", "",
-            "| B | responses/s | s/step generation | reward | training | share generation | reward | training |",
-            "|---|---|---|---|---|---|---|---|"]
+  lines = ["## Throughput", "",
+           f"Generation throughput ratio, largest over smallest batch measured: **{_fmt(ratio)}x**.",
+           "", "| B | responses/s | s/step generation | reward | training | share generation | "
+           "reward | training | response tokens |", "|---|---|---|---|---|---|---|---|---|"]
   for b, row in report["throughput"].items():
     sh = report["phase_shares"][b]
     sec = row["seconds"]
     lines.append(f"| {b} | {_fmt(row['responses_per_s'])} | {_fmt(sec['generation'])} | "
                  f"{_fmt(sec['reward'])} | {_fmt(sec['training'])} | {_fmt(sh['generation'], 2)} | "
-                 f"{_fmt(sh['reward'], 2)} | {_fmt(sh['training'], 2)} |")
+                 f"{_fmt(sh['reward'], 2)} | {_fmt(sh['training'], 2)} | "
+                 f"{_fmt(report['response_tokens'].get(b))} |")
   if report["step_cost_fit"]:
-    f = report["step_cost_fit"]
-    lines += ["", f"Step cost fit: t(B) = {_fit_text(f)}."]
+    lines += ["", f"Step cost fit: t(B) = {_fit_text(report['step_cost_fit'])}."]
   pf = report.get("profile_fits") or {}
   if pf:
     g, t = pf["generation"], pf["training"]
-    until = g["bandwidth_bound_until_batch"]
-    lines += ["", f"Profile fits: generation {_fit_text(g)} per step; the per-row cost equals the fixed cost at B = "
-              f"{_fmt(until)}, {'so generation is bandwidth-bound below it' if until else 'no fixed-cost regime found'}"
-              f". Training {_fit_text(t, x='tokens trained')}."]
-  lines += ["", "## Decisions (each larger batch vs the smallest)", "",
-            "| rule | base | candidate | q ratio | N* ratio [95% CI] | predicted faster | measured "
-            "faster (runs' clocks) | censored |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["", f"Profile fits: generation {_fit_text(g)} per step; training "
+              f"{_fit_text(t, x='tokens trained')}."]
+  return lines
+
+
+def _decisions(report) -> list[str]:
+  lines = ["", "## Decisions (each larger batch vs the smallest; predicted T ratio = N* ratio / q ratio)",
+           "", "| rule | base | candidate | seeds | q ratio | N* ratio [95% CI] | predicted T ratio "
+           "[95% CI] | verdict | why unresolved |", "|---|---|---|---|---|---|---|---|---|"]
   for d in report["decisions"]:
-    ci = d["samples_ratio_ci"]
-    lines.append(f"| {d['lr_rule']} | {d['base']} | {d['candidate']} | {_fmt(d['throughput_ratio'])}"
-                 f" | {_fmt(d['samples_ratio'])} [{_fmt(ci[0])}, {_fmt(ci[1])}] | "
-                 f"{_fmt(d['predicted_faster'])} | {_fmt(d['measured_faster'])} | "
-                 f"{_fmt(d['censored'])} |")
-  groups = {(g["rule"], g["batch_size"]): g for g in report["groups"]}
-  compare = []
-  for (rule, b), g in sorted(groups.items()):
-    if rule == "none" and ("sqrt", b) in groups and g["time_to_target_s"] is not None:
-      s = groups[("sqrt", b)]
-      if s["time_to_target_s"] is not None and s["runs"] != g["runs"]:
-        slower = g["time_to_target_s"] > s["time_to_target_s"]
-        compare.append(f"- B={b}: without LR retuning (none) T = "
-                       f"{_lower_bound(g['time_to_target_s'], g['censored'])} s vs sqrt "
-                       f"{_lower_bound(s['time_to_target_s'], s['censored'])} s: none is "
-                       f"{'slower' if slower else 'not slower'}"
-                       f"{' (a side is censored: lower bound)' if g['censored'] or s['censored'] else ''}.")
-  if compare:
-    lines += ["", "Larger batch without LR retuning vs sqrt:", "", *compare]
-  lines += ["", "## Samples- and time-to-target per group", "",
-            "| rule | B | lr | seeds | N* mean [95% CI] | censored runs | T = N*/q (s) | measured T (s) |",
-            "|---|---|---|---|---|---|---|---|"]
+    lines.append(f"| {d['lr_rule']} | {d['base']} | {d['candidate']} | {d['n_seeds']} | "
+                 f"{_fmt(d['throughput_ratio'])} | {_fmt(d['samples_ratio'])} "
+                 f"{_ci(d['samples_ratio_ci'])} | {_fmt(d['predicted_time_ratio'])} "
+                 f"{_ci(d['time_ratio_ci'])} | **{d['verdict']}** | {d.get('why') or ''} |")
+  lines += ["", "## Validation (measured time ratio on runs executed alone)", "",
+            "| rule | base | candidate | predicted T ratio | measured T ratio [95% CI] | predicted "
+            "| measured | seeds | clocks |", "|---|---|---|---|---|---|---|---|---|"]
+  for v in report["validation"]:
+    lines.append(f"| {v['lr_rule']} | {v['base']} | {v['candidate']} | "
+                 f"{_fmt(v['predicted_time_ratio'])} {_ci(v['predicted_time_ratio_ci'])} | "
+                 f"{_fmt(v['measured_time_ratio'])} {_ci(v['measured_time_ratio_ci'])} | "
+                 f"{v['predicted_verdict']} | {v['measured_verdict'] or '-'} | {v['n_seeds']} | "
+                 f"{v['source']} |")
+  return lines
+
+
+def _groups(report) -> list[str]:
+  lines = ["", "## Samples- and time-to-target per group", "",
+           "| rule | B | lr | seeds | N* mean [95% CI] | censored runs | T = N*/q (s) | "
+           "bracketed (tuned) | LRs tried |", "|---|---|---|---|---|---|---|---|---|"]
   for g in report["groups"]:
-    ci = g["samples_to_target_ci"]
-    lines.append(f"| {g['rule']} | {g['batch_size']} | {g['learning_rate']:.3g} | {len(g['seeds'])} | "
+    tried = g.get("learning_rates_tried")
+    lines.append(f"| {g['rule']} | {g['batch_size']} | {g['learning_rate']:.3g} | {g['n_seeds']} | "
                  f"{_lower_bound(g['samples_to_target_mean'], g['censored'])} "
-                 f"[{_fmt(ci[0])}, {_fmt(ci[1])}] | {g['censored_runs']} | "
+                 f"{_ci(g['samples_to_target_ci'])} | {g['censored_runs']} | "
                  f"{_lower_bound(g['time_to_target_s'], g['censored'])} | "
-                 f"{_lower_bound(g['measured_time_to_target_s'], g['censored'])} |")
+                 f"{_fmt(g['bracketed']) if g['bracketed'] is not None else ''}"
+                 f"{' **not bracketed**' if g['bracketed'] is False else ''} | "
+                 f"{', '.join(f'{x:.3g}' for x in tried) if tried else ''} |")
   lines += ["", "## Critical batch", ""]
   for rule, fit in report["scaling_fit"].items():
-    lines.append(f"- {rule}: N*(B) = N_min (1 + B / B_noise) with N_min = {_fmt(fit.get('n_min'))}, "
-                 f"B_noise = {_fmt(fit.get('b_noise'))} (R^2 {_fmt(fit.get('r2'))}); predicted "
-                 f"time-optimal batch {_fmt(fit.get('predicted_time_optimal_batch'))}, measured best "
+    if "note" in fit:
+      lines.append(f"- {rule}: {fit['note']}.")
+      continue
+    lines.append(f"- {rule}: N*(B) = N_min (1 + B / B_noise), n = {fit['n']} batch sizes: N_min = "
+                 f"{_fmt(fit.get('n_min'))}, B_noise = {_fmt(fit.get('b_noise'))} (R^2 "
+                 f"{_fmt(fit.get('r2'))}, n = {fit['n']}); predicted time-optimal batch "
+                 f"{_fmt(fit.get('predicted_time_optimal_batch'))}, measured best "
                  f"{_fmt(fit.get('measured_best_batch'))}"
-                 + (f", B_simple {_fmt(fit.get('b_simple'))}" if "b_simple" in fit else "") + ".")
+                 + (f", B_simple (pooled, second half) {_fmt(fit.get('b_simple'))}"
+                    if "b_simple" in fit else "")
+                 + (f"; censored left out: {fit['censored_left_out']}"
+                    if fit.get("censored_left_out") else "") + ".")
   gns = report["gns"]
-  lines += ["", "## Gradient noise scale", "",
-            (f"B_simple (median over runs): {_fmt(gns['b_simple_median'])} responses, from "
-             f"{gns['keys']}." if gns["available"] else f"B_simple not estimated: {gns['note']}."), "",
-            "## Figures", ""]
+  lines += ["", "## Gradient noise scale", ""]
+  if gns["available"]:
+    for phase, p in gns["pooled"].items():
+      lines.append(f"- {phase.replace('_', ' ')}: B_simple {_fmt(p['b_simple'])} {gns['unit']} "
+                   f"{_ci(p['ci'])} over {p['steps']} steps (pooled over runs; inf / - = "
+                   "noise-dominated).")
+  else:
+    lines.append(f"B_simple not estimated: {gns['note']}.")
+  return lines
+
+
+def markdown(report, figure_paths) -> str:
+  """report.md: what was measured and the answers, with intervals and verdicts."""
+  lines = _header(report) + _claims(report) + _invariance(report) + _throughput(report)
+  lines += _decisions(report) + _groups(report) + ["", "## Figures", ""]
   lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in figure_paths]
   lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |",
             "|" + "---|" * len(RUN_COLUMNS)]
@@ -194,13 +247,14 @@ def write_report(report: dict, sweep_dir: str, out_dir: str | None = None) -> di
       f.write(markdown(report, figure_names))
     _write_csv(os.path.join(staging, "runs.csv"), report["runs"], RUN_COLUMNS)
     _write_csv(os.path.join(staging, "decisions.csv"), report["decisions"], DECISION_COLUMNS)
+    _write_csv(os.path.join(staging, "validation.csv"), report["validation"], VALIDATION_COLUMNS)
     _write_csv(os.path.join(staging, "groups.csv"), report["groups"],
-               ("rule", "batch_size", "learning_rate", "samples_to_target_mean", "censored_runs",
-                "censored",
-                "throughput_responses_per_s", "time_to_target_s", "measured_time_to_target_s",
-                "final_metric_mean"))
+               ("rule", "batch_size", "learning_rate", "n_seeds", "samples_to_target_mean",
+                "censored_runs", "censored", "throughput_responses_per_s", "time_to_target_s",
+                "final_metric_mean", "bracketed"))
     inv_rows = [{"rule": rule, "batch_size": b, "score": s, "reference_batch": e["reference_batch"]}
-                for rule, e in report["invariance"].items() for b, s in e["scores"].items()]
+                for rule, e in report["invariance"].items() if rule != "comparisons"
+                for b, s in e["scores"].items()]
     _write_csv(os.path.join(staging, "invariance.csv"), inv_rows,
                ("rule", "batch_size", "reference_batch", "score"))
   return {"json": os.path.join(out_dir, "report.json"), "md": os.path.join(out_dir, "report.md"),

@@ -13,7 +13,15 @@ a run process's log tail goes into sweep.json), so the report and a rerun never 
 one.
 
 `run_sweep(sweep_file, workdir, ...)` does all of it (plan, JAX compilation cache, execute) and is
-what `python -m rlscale.sweep` and the notebooks call: one code path.
+what `python -m rlscale.sweep` and the notebooks call: one code path. It records in sweep.json the
+target the sweep file states (`get_target(arg)`, see rlscale.scaling.target) and how many runs
+shared the machine (`parallel`).
+
+`run_validation(...)` (`python -m rlscale.sweep ... --validate`) checks the decisions on
+independent clocks: it executes the runs that the report's decisions compare one at a time, alone,
+into <workdir>/validation/runs (resumable like the sweep); the report then puts each decision's
+measured time ratio beside the predicted one. A sweep run with --parallel=1 is its own validation
+(runs are deterministic), so nothing is run twice.
 """
 
 from __future__ import annotations
@@ -81,6 +89,20 @@ def load_sweep_module(path: str):
     if not hasattr(module, fn):
       raise ValueError(f"sweep file {path!r} defines no {fn}(arg=None)")
   return module
+
+
+def get_target(path: str, arg: str | None) -> dict[str, Any] | None:
+  """The target the sweep file states, {"metric": str, "value": float}, from its optional
+  `get_target(arg)`; None when it defines none. Raises ValueError for a malformed one."""
+  module = load_sweep_module(path)
+  if not hasattr(module, "get_target"):
+    return None
+  target = module.get_target(arg) if arg is not None else module.get_target()
+  if (not isinstance(target, dict) or not isinstance(target.get("metric"), str)
+      or not isinstance(target.get("value"), (int, float))):
+    raise ValueError(f"get_target({arg!r}) in {path!r} must return {{'metric': str, 'value': "
+                     f"float}}, got {target!r}")
+  return {"metric": target["metric"], "value": float(target["value"])}
 
 
 def get_sweep(path: str, arg: str | None) -> list[dict[str, Any]]:
@@ -561,9 +583,58 @@ def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | No
   use_compilation_cache(workdir)
   meta = {"sweep_file": path, "arg": arg, "workdir": workdir, "cli_overrides": overrides or {},
           "base_learning_rate": base.optim.learning_rate,
-          "reference_batch": base.optim.reference_batch, "shard": shard}
+          "reference_batch": base.optim.reference_batch, "shard": shard,
+          "target": get_target(path, arg), "parallel": parallel}
   record = execute(runs, workdir, parallel=parallel, sweep_spec=spec, cli_overrides=overrides,
                    meta=meta, shard=shard, log=log)
   statuses = {name: entry["status"] for name, entry in record.entries.items()}
   return {"workdir": workdir, "record": record.path, "runs": list(statuses),
           "statuses": statuses, "failed": record.failed(), "interrupted_by": record.interrupted_by}
+
+
+VALIDATION_DIR = "validation"
+
+
+def validation_runs(runs: Sequence[Run], report: dict) -> list[Run]:
+  """The runs the report's decisions compare (every group of every decision, base and candidate),
+  in the sweep's order."""
+  wanted = set()
+  groups = {(g["rule"], g["batch_size"]): g for g in report["groups"]}
+  for d in report["decisions"]:
+    for batch in (d["base"], d["candidate"]):
+      wanted.update(groups[(d["lr_rule"], batch)]["runs"])
+  return [run for run in runs if run.name in wanted]
+
+
+def run_validation(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | None = None,
+                   overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print
+                   ) -> dict[str, Any]:
+  """Executes the decisions' runs one at a time, alone, into <workdir>/validation/runs.
+
+  Needs the sweep's runs (their report names the decisions' groups, the tuned ones included).
+  When sweep.json says the sweep ran with parallel = 1 its own clocks are the validation and
+  nothing runs. Returns run_sweep's summary dict, plus "validated_by_sweep" (bool). Raises what
+  plan_sweep and rlscale.scaling.report.build_report raise (e.g. a target inside the noise)."""
+  from rlscale.scaling import report as report_lib  # pylint: disable=g-import-not-at-top
+  meta = report_lib.load_sweep_meta(workdir)
+  if meta.get("parallel") == 1:
+    log("sweep: the sweep ran with --parallel=1: its runs' own clocks are the validation")
+    return {"workdir": workdir, "record": os.path.join(workdir, SWEEP_FILE), "runs": [],
+            "statuses": {}, "failed": 0, "interrupted_by": None, "validated_by_sweep": True}
+  base, runs, spec = plan_sweep(sweep_file, workdir, arg=arg, overrides=overrides)
+  report = report_lib.build_report(workdir)
+  todo = validation_runs(runs, report)
+  log(f"sweep: validation: {len(todo)} runs of {len(report['decisions'])} decisions, one at a "
+      "time, alone on the machine")
+  target = os.path.join(workdir, VALIDATION_DIR)
+  use_compilation_cache(workdir)
+  path, arg = sweep_file_and_arg(spec)
+  meta = {"sweep_file": path, "arg": arg, "workdir": target, "cli_overrides": overrides or {},
+          "base_learning_rate": base.optim.learning_rate,
+          "reference_batch": base.optim.reference_batch, "validation_of": workdir, "parallel": 1}
+  record = execute(todo, target, parallel=1, sweep_spec=spec, cli_overrides=overrides, meta=meta,
+                   log=log)
+  statuses = {name: entry["status"] for name, entry in record.entries.items()}
+  return {"workdir": target, "record": record.path, "runs": list(statuses), "statuses": statuses,
+          "failed": record.failed(), "interrupted_by": record.interrupted_by,
+          "validated_by_sweep": False}

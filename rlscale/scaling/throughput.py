@@ -112,9 +112,14 @@ def fit_profile(rows: Sequence[dict]) -> dict[str, Any]:
                         [r["seconds"]["training"]["median"] for r in rows])
   step = fits.fit_line(batches, [r["seconds"]["step"]["median"] for r in rows])
   rates = {r["batch_size"]: r["batch_size"] / r["seconds"]["generation"]["median"] for r in rows}
+  until = fits.bandwidth_bound_until(gen)
   return {
       "generation": {**gen._asdict(), "unit": "s per step = intercept + slope * B",
-                     "bandwidth_bound_until_batch": fits.bandwidth_bound_until(gen)},
+                     "bandwidth_bound_until_batch": until,
+                     # Only a crossover inside the batches measured is a finding; beyond them the
+                     # line is an extrapolation.
+                     "bandwidth_bound_within_measured": bool(
+                         until is not None and min(batches) <= until <= max(batches))},
       "training": {**train._asdict(), "unit": "s per step = intercept + slope * tokens trained"},
       "step": {**step._asdict(), "unit": "s per step = intercept + slope * B"},
       "generation_throughput_ratio": rates[max(rates)] / rates[min(rates)],

@@ -6,11 +6,12 @@ import pytest
 from rlscale.scaling import curves
 
 
-def test_running_mean_trailing_window():
-  np.testing.assert_allclose(curves.running_mean([1.0, 3.0, 5.0, 7.0], 2), [1.0, 2.0, 4.0, 6.0])
-  np.testing.assert_allclose(curves.running_mean([1.0, 3.0, 5.0], 1), [1.0, 3.0, 5.0])
+def test_centred_mean_window():
+  # Window 3: [mean(1, 3), mean(1, 3, 5), mean(3, 5, 7), mean(5, 7)].
+  np.testing.assert_allclose(curves.centred_mean([1.0, 3.0, 5.0, 7.0], 3), [2.0, 3.0, 5.0, 6.0])
+  np.testing.assert_allclose(curves.centred_mean([1.0, 3.0, 5.0], 1), [1.0, 3.0, 5.0])
   with pytest.raises(ValueError, match="window"):
-    curves.running_mean([1.0], 0)
+    curves.centred_mean([1.0], 0)
 
 
 def test_crossing_between_two_evaluations_is_interpolated():
@@ -20,21 +21,30 @@ def test_crossing_between_two_evaluations_is_interpolated():
   assert not c.censored
 
 
-def test_crossing_uses_the_smoothed_curve():
-  # Window 2: smoothed [0.2, 0.3, 0.5, 0.6]; 0.45 lies between 0.3 (at 10) and 0.5 (at 20): 17.5.
-  c = curves.samples_to_target([0, 10, 20, 30], [0.2, 0.4, 0.6, 0.6], 0.45, window=2)
-  assert c.samples == pytest.approx(17.5)
+def test_crossing_uses_the_centred_smoothed_curve():
+  # Window 3: smoothed [0.3, 0.4, 1.6 / 3, 0.6] (the ends average 2 values); 0.45 lies between
+  # 0.4 (at 10) and 1.6 / 3 (at 20): 10 + 10 x 0.05 / (1.6 / 3 - 0.4) = 13.75.
+  c = curves.samples_to_target([0, 10, 20, 30], [0.2, 0.4, 0.6, 0.6], 0.45, window=3)
+  assert c.samples == pytest.approx(13.75)
   assert not c.censored
 
 
-def test_first_crossing_counts_not_a_later_one():
-  c = curves.samples_to_target([0, 10, 20, 30], [0.0, 1.0, 0.0, 1.0], 0.5)
-  assert c.samples == pytest.approx(5.0)
+def test_sustained_crossing_is_the_last_one_from_below():
+  # Crosses 0.5 at 5 (0 -> 1), dips to 0 at 20, crosses again at 25 and stays: N* = 25, first 5.
+  c = curves.samples_to_target([0, 10, 20, 30, 40], [0.0, 1.0, 0.0, 1.0, 0.8], 0.5)
+  assert c.samples == pytest.approx(25.0) and c.bound == pytest.approx(25.0)
+  assert c.first == pytest.approx(5.0) and not c.censored
+
+
+def test_a_curve_ending_below_the_target_is_censored_with_its_first_crossing():
+  c = curves.samples_to_target([0, 10, 20], [0.0, 0.6, 0.4], 0.5)
+  assert c.censored and c.samples is None and c.bound == 20.0
+  assert c.first == pytest.approx(10 * 0.5 / 0.6)
 
 
 def test_never_reaching_the_target_is_censored_at_the_budget():
   c = curves.samples_to_target([0, 100, 200], [0.2, 0.3, 0.4], 0.5)
-  assert c == curves.Crossing(None, True, 200.0)
+  assert c == curves.Crossing(None, True, 200.0, None)
 
 
 def test_lower_is_better():
@@ -58,6 +68,13 @@ def test_invariance_of_a_shifted_curve_is_the_shift():
   ref = ([0, 10, 20], [0.1, 0.5, 0.7])
   shifted = ([0, 10, 20], [0.2, 0.6, 0.8])
   assert curves.invariance_score({0: shifted}, {0: ref}) == pytest.approx(0.1)
+
+
+def test_gap_leaves_out_the_shared_start():
+  # Both start at the warm start's 0.1; gaps 0.2 and 0.4 at 10 and 20: mean 0.3 (0.2 with 0).
+  ref, cand = ([0, 10, 20], [0.1, 0.3, 0.3]), ([0, 10, 20], [0.1, 0.5, 0.7])
+  assert curves.curve_gap(cand, ref) == pytest.approx(0.3)
+  assert curves.curve_gap(cand, ref, skip_start=False) == pytest.approx(0.2)
 
 
 def test_invariance_pairs_seeds_and_averages():

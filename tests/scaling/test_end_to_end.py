@@ -4,10 +4,8 @@
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
-import time
 
 import pytest
 from tests.timeouts import hang_timeout
@@ -16,8 +14,9 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 RUN_KEYS = {"name", "prompts_per_step", "group_size", "batch_size", "lr_rule", "learning_rate",
             "seed", "samples_to_target", "censored", "throughput_responses_per_s",
             "time_to_target_s", "final_metric"}
-DECISION_KEYS = {"base", "candidate", "lr_rule", "throughput_ratio", "samples_ratio",
-                 "predicted_faster", "measured_faster", "throughput_ratio_ci", "samples_ratio_ci"}
+DECISION_KEYS = {"base", "candidate", "lr_rule", "throughput_ratio", "samples_ratio", "n_seeds",
+                 "throughput_ratio_ci", "samples_ratio_ci", "predicted_time_ratio",
+                 "time_ratio_ci", "verdict", "censored"}
 
 
 def _run(module, *args, timeout):
@@ -43,9 +42,15 @@ def check_report(sweep_dir):
   assert report["decisions"]
   for d in report["decisions"]:
     assert DECISION_KEYS <= set(d)
-    assert d["predicted_faster"] == (d["throughput_ratio"] > d["samples_ratio"])
+    assert d["predicted_time_ratio"] == pytest.approx(d["samples_ratio"] / d["throughput_ratio"])
+    assert d["verdict"] in ("faster", "slower", "unresolved")
+    if d["censored"] or d["n_seeds"] < 3:
+      assert d["verdict"] == "unresolved"
+  assert report["validation"] and len(report["validation"]) == len(report["decisions"])
   for rule, entry in report["invariance"].items():
-    assert entry["scores"][str(entry["reference_batch"])] == 0.0, rule
+    if rule == "comparisons":
+      continue
+    assert str(entry["reference_batch"]) not in entry["scores"], rule
     assert all(v is None or v >= 0 for v in entry["scores"].values())
   assert math.isfinite(report["generation_throughput_ratio"])
   assert "available" in report["gns"]
@@ -56,8 +61,6 @@ def check_report(sweep_dir):
 
 @pytest.mark.slow
 def test_batch_lr_smoke_sweep_then_report(tmp_path):
-  start = time.perf_counter()
-  cpu_start = _children_cpu_seconds()
   sweep_dir = str(tmp_path / "sweep")
   _run("rlscale.sweep", "--config=experiments/sweeps/batch_lr.py:smoke", f"--workdir={sweep_dir}",
        timeout=hang_timeout(450))
@@ -70,13 +73,10 @@ def test_batch_lr_smoke_sweep_then_report(tmp_path):
              f"--workdir={sweep_dir}", timeout=hang_timeout(60))
   assert "8 of 8 runs already finished" in out.stdout
   _run("rlscale.report", sweep_dir, timeout=hang_timeout(60))
-  elapsed, cpu = time.perf_counter() - start, _children_cpu_seconds() - cpu_start
   report = check_report(sweep_dir)
-  assert len(report["runs"]) == 8
+  assert len(report["runs"]) == 8 and report["smoke"]
   assert {d["lr_rule"] for d in report["decisions"]} == {"none", "sqrt", "tuned"}
-  # The budget is 3 minutes on an idle 2-core machine; CPU seconds do not grow when other jobs
-  # share the cores (wall time does: 208 s wall for 55 s CPU on a loaded machine).
-  assert cpu < 180, f"smoke sweep + report used {cpu:.0f} CPU s ({elapsed:.0f} s wall)"
+  assert "checks the pipeline only" in open(os.path.join(sweep_dir, "report.md")).read()
 
 
 @pytest.mark.slow
@@ -143,7 +143,3 @@ def test_a_run_process_failing_at_setup_leaves_no_run_directory(tmp_path):
   assert entry["log_tail"].rstrip().endswith(entry["error"])
   assert os.listdir(os.path.join(sweep_dir, "runs")) == []
 
-
-def _children_cpu_seconds():
-  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-  return usage.ru_utime + usage.ru_stime

@@ -57,3 +57,11 @@ def test_parse_shard():
   for bad in ("3/2", "2/2", "-1/2", "a/b", "1"):
     with pytest.raises(ValueError, match="--shard"):
       hyper.parse_shard(bad)
+
+
+def test_lr_grid_is_one_call_per_batch_ladder():
+  grid = hyper.lr_grid(prompts_per_step=(8, 32), learning_rate=1e-4, multipliers=(0.5, 1, 2))
+  assert grid == [{"rl.prompts_per_step": p, "optim.lr_scaling": "sqrt", "optim.learning_rate": lr}
+                  for p in (8, 32) for lr in (5e-5, 1e-4, 2e-4)]
+  with pytest.raises(ValueError, match="multipliers"):
+    hyper.lr_grid(prompts_per_step=(8,), learning_rate=1e-4, multipliers=(0.0,))

@@ -37,3 +37,16 @@ def test_ema_of_a_constant_is_the_constant():
 def test_equal_batch_sizes_are_rejected():
   with pytest.raises(ValueError, match="microbatches"):
     noise_scale.unbiased_estimates(1.0, 1.0, 32, 32)
+
+
+def test_pooled_noise_scale_keeps_a_noise_dominated_window():
+  # B_small 8, B_big 32. Step 1: |g_small|^2 12, |g_big|^2 6 -> |G|^2 4, tr 64.
+  # Step 2: 10, 9 -> |G|^2 (32 x 9 - 8 x 10) / 24 = 26/3, tr (10 - 9) / (1/8 - 1/32) = 32/3.
+  pooled = noise_scale.pooled_b_simple([12.0, 10.0], [6.0, 9.0], [8.0, 8.0], [32.0, 32.0])
+  assert pooled.b_simple == pytest.approx((64 + 32 / 3) / (4 + 26 / 3)) and pooled.steps == 2
+  # A window where the |G|^2 estimates sum below 0 (noise dominates): inf, not dropped.
+  # |g_small|^2 20, |g_big|^2 4: |G|^2 (128 - 160) / 24 = -4/3 < 0.
+  noisy = noise_scale.pooled_b_simple([20.0, 20.0], [4.0, 4.0], [8.0, 8.0], [32.0, 32.0])
+  assert noisy.b_simple == float("inf") and noisy.ci == (float("inf"), float("inf"))
+  one = noise_scale.pooled_b_simple([12.0], [6.0], [8.0], [32.0])
+  assert one.b_simple == pytest.approx(16.0) and one.ci is None

@@ -75,28 +75,31 @@ def test_samples_and_time_to_target_by_hand(sweep_dir):
   assert runs["c"]["time_to_target_s"] == pytest.approx(1.5)
   assert runs["c"]["learning_rate"] == pytest.approx(LR0 * 2 ** 0.5)
   # LR rules by effective learning rate: the reference-batch run counts for every rule.
-  assert runs["a"]["rules"] == ["none", "sqrt", "linear"]
+  assert runs["a"]["rules"] == ["none", "sqrt", "sqrt_adam", "linear"]
   assert runs["b"]["rules"] == ["none"] and runs["c"]["rules"] == ["sqrt"]
 
 
 def test_invariance_and_decisions_by_hand(sweep_dir):
   report = report_lib.build_report(sweep_dir, target=0.5, window=1)
-  # none: |0.4 - 0.3| and |0.6 - 0.4| over the grid {0, 16, 32} -> 0.3 / 3; sqrt: 0.2 / 3.
-  assert report["invariance"]["none"]["scores"]["16"] == pytest.approx(0.1)
-  assert report["invariance"]["sqrt"]["scores"]["16"] == pytest.approx(0.2 / 3)
-  assert report["invariance"]["sqrt"]["scores"]["8"] == 0.0
+  # Grid {16, 32} (the shared 0-sample point left out). none: |0.4 - 0.3|, |0.6 - 0.4| -> 0.15;
+  # sqrt: |0.6 - 0.4|, |0.6 - 0.6| -> 0.1. The reference batch is not scored against itself.
+  assert report["invariance"]["none"]["scores"]["16"] == pytest.approx(0.15)
+  assert report["invariance"]["sqrt"]["scores"]["16"] == pytest.approx(0.1)
+  assert "8" not in report["invariance"]["sqrt"]["scores"]
   assert "linear" not in report["invariance"]  # met at one batch only
   decisions = {d["lr_rule"]: d for d in report["decisions"]}
   none, sqrt, tuned = decisions["none"], decisions["sqrt"], decisions["tuned"]
   assert none["throughput_ratio"] == pytest.approx(2.0)
   assert none["samples_ratio"] == pytest.approx(32 / 24) and none["censored"]
-  assert none["predicted_faster"]
-  assert sqrt["samples_ratio"] == pytest.approx(0.5) and sqrt["predicted_faster"]
-  assert sqrt["measured_faster"]  # 1.5 s (12 responses at 8/s) against 6 s
-  assert sqrt["measured_time_ratio"] == pytest.approx(1.5 / 6.0)
+  assert none["verdict"] == "unresolved" and "censored" in none["why"]
+  # One seed: the point estimate 0.5 / 2 = 0.25, but no interval and so no verdict.
+  assert sqrt["samples_ratio"] == pytest.approx(0.5) and sqrt["samples_ratio_ci"] is None
+  assert sqrt["predicted_time_ratio"] == pytest.approx(0.25) and sqrt["time_ratio_ci"] is None
+  assert sqrt["verdict"] == "unresolved" and sqrt["why"].startswith("1 paired seed")
   assert tuned["samples_ratio"] == pytest.approx(0.5)  # the best LR at B = 16 is sqrt's
-  for d in report["decisions"]:
-    assert d["predicted_faster"] == (d["throughput_ratio"] > d["samples_ratio"])
+  # The sweep ran neither alone nor validated: every validation entry says so.
+  assert all(v["source"] == "not run" and v["measured_time_ratio"] is None
+             for v in report["validation"])
   # Run clocks: 2 s per step at both batches -> the step cost line t(B) = 2 s + 0 s x B.
   assert report["step_cost_fit"]["intercept"] == pytest.approx(2.0)
   assert report["generation_throughput_ratio"] == pytest.approx((16 / 0.5) / (8 / 1.0))
@@ -122,8 +125,9 @@ def test_grid_run_keeps_its_named_rule_and_multiplier(sweep_dir):
   groups = {(g["rule"], g["batch_size"]): g["runs"] for g in report["groups"]}
   assert groups[("linear", 4)] == ["e"] and groups[("sqrt", 8)] == ["a"]
   assert ("sqrt", 4) not in groups  # d is a grid run: sqrt has no own run at B = 4
-  # "tuned" compares learning rates, whichever rule named them: d and e share lr0 / 2.
-  assert groups[("tuned", 4)] == ["d", "e"]
+  # "tuned" compares learning rates, whichever rule named them: d and e share lr0 / 2 and seed 0
+  # (duplicates a sweep would have merged): the first is kept.
+  assert groups[("tuned", 4)] == ["d"]
   csv_path = report_writer.write_report(report, sweep_dir)["md"].replace("report.md", "runs.csv")
   with open(csv_path) as f:
     header, *lines = f.read().splitlines()
@@ -143,13 +147,14 @@ def test_profile_throughput_replaces_run_clocks(sweep_dir):
   assert runs["c"]["time_to_target_s"] == pytest.approx(12 / 4.0)
   sqrt = next(d for d in report["decisions"] if d["lr_rule"] == "sqrt")
   assert sqrt["throughput_ratio"] == pytest.approx(0.5)
-  assert not sqrt["predicted_faster"]  # 0.5 is not > 0.5
+  assert sqrt["predicted_time_ratio"] == pytest.approx(1.0)  # N* ratio 0.5 over q ratio 0.5
 
 
 def test_default_target_lies_above_every_warm_start(sweep_dir):
   report = report_lib.build_report(sweep_dir, window=1)
   # Highest warm start 0.2; best values 0.6, 0.4, 0.6 -> median 0.6 -> halfway 0.4.
   assert report["target"]["value"] == pytest.approx(0.4)
+  assert report["target"]["chosen"].startswith("proposed after the runs, not pre-registered")
 
 
 def test_written_files(sweep_dir):
@@ -158,9 +163,11 @@ def test_written_files(sweep_dir):
   assert len(paths["figures"]) >= 5 and all(os.path.exists(p) for p in paths["figures"])
   with open(paths["json"]) as f:
     saved = json.load(f)
-  assert saved["target"] == {"metric": "eval/greedy_accuracy", "value": 0.5,
-                             "chosen": "given (--target)", "smoothing_window": 1}
-  for name in ("runs.csv", "decisions.csv", "groups.csv", "invariance.csv", "report.md"):
+  assert {k: saved["target"][k] for k in ("metric", "value", "chosen", "smoothing_window")} == {
+      "metric": "eval/greedy_accuracy", "value": 0.5,
+      "chosen": "given on the command line (--target)", "smoothing_window": 1}
+  for name in ("runs.csv", "decisions.csv", "validation.csv", "groups.csv", "invariance.csv",
+               "report.md"):
     assert os.path.exists(os.path.join(sweep_dir, name))
   assert not saved["gns"]["available"]
   assert "B_simple" in open(paths["md"]).read()
@@ -177,9 +184,9 @@ def test_target_never_reached_is_a_lower_bound_not_a_time(sweep_dir, tmp_path):
   md = open(paths["md"]).read()
   table = md.split("## Samples- and time-to-target per group")[1].split("##")[0]
   rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| none")]
-  # B = 8 (run a): N* >= 32 responses at q = 4 responses/s -> T >= 8 s; its clock: 4 steps x 2 s.
+  # B = 8 (run a): N* >= 32 responses at q = 4 responses/s -> T >= 8 s; one seed: no interval.
   row = next(r for r in rows if r[1] == "8")
-  assert row[4].startswith(">= 32 [") and row[6] == ">= 8" and row[7] == ">= 8 |"
+  assert row[4] == ">= 32 -" and row[6] == ">= 8"
   with open(os.path.join(tmp_path / "out", "groups.csv")) as f:
     header, *lines = f.read().splitlines()
   assert "censored" in header.split(",") and len(lines) == len(report["groups"])
@@ -233,7 +240,11 @@ def test_noise_scale_from_logged_parts(tmp_path):
   write_run(str(tmp_path), "a", prompts=16, group=2, lr_scaling="none", seed=0, budget=128,
             evals={0: 0.1, 64: 0.2, 128: 0.3}, step_seconds=(1.0, 0.0, 1.0), extra=parts)
   gns = report_lib.build_report(str(tmp_path), target=0.25, window=1)["gns"]
-  assert gns["available"] and gns["b_simple_median"] == pytest.approx(16.0)
+  # 4 steps at B = 32: each half pools 2 steps, sum tr(Sigma) / sum |G|^2 = 128 / 8 = 16.
+  assert gns["available"] and gns["unit"] == "responses"
+  for half in ("first_half", "second_half"):
+    assert gns["pooled"][half] == {"b_simple": pytest.approx(16.0), "ci": [pytest.approx(16.0)] * 2,
+                                   "steps": 2}
   assert gns["per_run"]["a"]["intervals"] == [{"samples": 64, "b_simple": pytest.approx(16.0)},
                                               {"samples": 128, "b_simple": pytest.approx(16.0)}]
 
@@ -345,6 +356,112 @@ def test_minibatched_sweep_compares_curves_to_the_reference_batch_per_step(tmp_p
   report = report_lib.build_report(root, target=0.5, window=1)
   assert report["reference_batch"] == 4 and report["reference_batch_size"] == 8
   none = report["invariance"]["none"]
-  assert none["reference_batch"] == 8 and none["scores"]["8"] == 0.0
-  assert {r["name"]: r["rules"] for r in report["runs"]}["b8"] == ["none", "sqrt", "linear"]
+  assert none["reference_batch"] == 8 and none["scores"] == {"4": 0.0, "16": 0.0}
+  assert {r["name"]: r["rules"] for r in report["runs"]}["b8"] == ["none", "sqrt", "sqrt_adam",
+                                                                   "linear"]
   assert "8 responses per step (4 per optimizer update" in report_writer.markdown(report, [])
+
+
+def _three_seed_sweep(root, *, runs_dir="runs", eval_size=256, seconds=(1.0, 0.0, 1.0)):
+  """B = 8 (reference) and B = 16 under `none`, 3 seeds on one warm start (sft.seed 0), budget
+  64: the B = 16 runs reach the target with fewer responses (paired ratios 0.5, 0.5, 0.25)."""
+  # Evaluations every 16 responses; target 0.5 crossed (window 1) where each curve hits 0.5.
+  base = {0: {0: 0.2, 16: 0.3, 32: 0.5, 48: 0.6, 64: 0.6},   # N* 32
+          1: {0: 0.2, 16: 0.3, 32: 0.4, 48: 0.5, 64: 0.6},   # N* 48
+          2: {0: 0.2, 16: 0.3, 32: 0.4, 48: 0.4, 64: 0.5}}   # N* 64
+  cand = {0: {0: 0.2, 16: 0.5, 32: 0.6, 48: 0.6, 64: 0.6},   # N* 16 -> 0.5
+          1: {0: 0.2, 16: 0.4, 32: 0.6, 48: 0.6, 64: 0.6},   # N* 24 -> 0.5
+          2: {0: 0.2, 16: 0.5, 32: 0.6, 48: 0.6, 64: 0.6}}   # N* 16 -> 0.25
+  for seed in range(3):
+    for name, prompts, evals in (("b8", 4, base[seed]), ("b16", 8, cand[seed])):
+      path = write_run(os.path.join(root, runs_dir, "..") if runs_dir != "runs" else root,
+                       f"{name},seed={seed}", prompts=prompts, lr_scaling="none", seed=seed,
+                       evals=evals, step_seconds=seconds, budget=64,
+                       extra={"response/length_mean": 3.0})
+      with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+      config["config"]["sft"] = {"seed": 0}
+      config["config"]["task"] = {"eval_size": eval_size}
+      with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def test_three_seeds_give_paired_intervals_and_verdicts(tmp_path):
+  root = str(tmp_path)
+  _three_seed_sweep(root)  # 2 s per step at both batches: q ratio 2 on the runs' clocks
+  report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
+  d = next(d for d in report["decisions"] if d["lr_rule"] == "none")
+  # Paired N* ratios 0.5, 0.5, 0.25: logs -ln2, -ln2, -2 ln2; mean -(4/3) ln2, sd ln2 / sqrt(3).
+  mean, half = -4 / 3 * math.log(2), 4.302652729911275 * math.log(2) / 3
+  assert d["n_seeds"] == 3 and d["samples_ratio"] == pytest.approx(math.exp(mean))
+  assert d["samples_ratio_ci"] == pytest.approx([math.exp(mean - half), math.exp(mean + half)])
+  # Time ratio = N* ratio / 2: interval [0.079, 0.546] / 2 lies below 1 -> faster.
+  assert d["time_ratio_ci"] == pytest.approx([math.exp(mean - half) / 2, math.exp(mean + half) / 2])
+  assert d["verdict"] == "faster" and d["why"] is None
+  # Three RL seeds on one warm start: the floor is the mean gap over the 3 pairs of seeds at the
+  # reference batch, 0-sample point left out, over evaluations at 16, 32, 48, 64:
+  # seeds 0-1: 0, .1, .1, 0 -> 0.05; 0-2: 0, .1, .2, .1 -> 0.1; 1-2: 0, 0, .1, .1 -> 0.05.
+  floor = report["invariance"]["none"]["noise_floor"]
+  assert floor == pytest.approx(0.2 / 3) and report["invariance"]["none"]["noise_floor_pairs"] == 3
+  assert report["response_tokens"] == {"8": 3.0, "16": 3.0}
+
+
+def test_validation_runs_measure_the_time_ratio_on_their_own_clocks(tmp_path):
+  root = str(tmp_path)
+  _three_seed_sweep(root)
+  # The validation runs: same curves, but the B = 16 runs take 8 s per step alone (4 x slower).
+  _three_seed_sweep(os.path.join(root, "validation"), seconds=(4.0, 0.0, 4.0))
+  for name in os.listdir(os.path.join(root, "validation", "runs")):
+    if name.startswith("b8"):  # the base keeps 2 s per step: rewrite its clock
+      path = os.path.join(root, "validation", "runs", name, "metrics.jsonl")
+      records = [json.loads(line) for line in open(path)]
+      for r in records:
+        for p in ("generation", "training"):
+          r[f"wall/{p}"] = r[f"wall/{p}"] / 4
+      with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+  report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
+  v = next(v for v in report["validation"] if v["lr_rule"] == "none")
+  # Measured T per seed: base N*/(8 responses per 2 s), candidate N*/(16 per 8 s) -> ratio
+  # (N*_c / 2) / (N*_b / 4) = 2 x N* ratio: 1, 1, 0.5 -> geometric mean 2^(-1/3).
+  assert v["source"].startswith("validation runs executed one at a time")
+  assert v["measured_time_ratio"] == pytest.approx(2 ** (-1 / 3)) and v["n_seeds"] == 3
+  assert v["measured_verdict"] == "unresolved"  # [0.24, 1.6] contains 1
+  assert v["predicted_verdict"] == "faster"
+  md = report_writer.markdown(report, [])
+  assert "## Validation (measured time ratio on runs executed alone)" in md
+
+
+def test_stated_target_is_used_and_a_weak_one_refused_in_one_line(tmp_path):
+  root = str(tmp_path)
+  _three_seed_sweep(root, eval_size=64)
+  with open(os.path.join(root, "sweep.json"), "w") as f:
+    json.dump({"target": {"metric": "eval/greedy_accuracy", "value": 0.5}, "parallel": 2,
+               "arg": None}, f)
+  # Warm start 0.2 on 64 prompts: SE sqrt(0.16 / 64) = 0.05; 0.5 is 6 SE above.
+  report = report_lib.build_report(root, window=1)
+  assert report["target"]["value"] == 0.5
+  assert report["target"]["chosen"] == "pre-registered in the sweep file (get_target)"
+  assert report["target"]["standard_errors_above_warm_start"] == pytest.approx(6.0)
+  # 0.3 is 2 SE above: refused, one line, exit 2 from the command line.
+  out = subprocess.run([sys.executable, "-m", "rlscale.report", root, "--target=0.3"],
+                       capture_output=True, text=True, timeout=hang_timeout(60))
+  assert out.returncode == 2 and out.stderr.count("\n") == 1
+  assert out.stderr.startswith("error: target eval/greedy_accuracy >= 0.3 is 2.00 standard errors")
+  allowed = report_lib.build_report(root, target=0.3, window=1, allow_weak_target=True)
+  assert "**WEAK TARGET" in report_writer.markdown(allowed, [])
+
+
+def test_smoke_report_carries_a_banner(sweep_dir):
+  with open(os.path.join(sweep_dir, "sweep.json"), "w") as f:
+    json.dump({"arg": "smoke"}, f)
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  assert report["smoke"]
+  assert report_writer.SMOKE_BANNER in report_writer.markdown(report, [])
+
+
+def test_claims_never_state_a_direction_without_an_interval(sweep_dir):
+  report = report_lib.build_report(sweep_dir, target=0.5, window=1)
+  texts = [c for c in report["claims"] if c["topic"] in ("decision", "retuning", "invariance")]
+  assert texts and all(not c["resolved"] for c in texts)
+  assert any(c["text"].startswith("1 seed key(s): no interval") for c in report["claims"])

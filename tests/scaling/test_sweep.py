@@ -216,6 +216,7 @@ def test_run_sweep_in_process_with_overrides_and_a_selection(tmp_path):
     record = json.load(f)
   assert record["cli_overrides"] == overrides and record["arg"] == "smoke"
   assert record["base_learning_rate"] == 3e-3 and record["reference_batch"] == 4
+  assert record["parallel"] == 1 and record["target"] == sweep.get_target(BATCH_LR, "smoke")
   with open(os.path.join(workdir, "runs", name, "config.json")) as f:
     config = json.load(f)["config"]
   assert config["sft"]["steps"] == 2 and config["train"]["total_samples"] == 4
@@ -229,3 +230,41 @@ def test_run_sweep_in_process_with_overrides_and_a_selection(tmp_path):
     sweep.run_sweep(BATCH_LR, workdir, arg="smoke", select=lambda o: False)
   with pytest.raises(ValueError, match="--parallel must be >= 1"):
     sweep.run_sweep(BATCH_LR, workdir, parallel=0)
+
+
+def test_validation_runs_the_decisions_runs_one_at_a_time_alone(tmp_path, monkeypatch):
+  from rlscale.scaling import report as report_lib
+  planned = [r.name for r in _plan("smoke", tmp_path)]
+  base, cand = planned[0], planned[1]
+  fake = {"groups": [{"rule": "none", "batch_size": 4, "runs": [base]},
+                     {"rule": "none", "batch_size": 8, "runs": [cand]}],
+          "decisions": [{"lr_rule": "none", "base": 4, "candidate": 8}]}
+  monkeypatch.setattr(report_lib, "build_report", lambda workdir: fake)
+  calls = []
+  def execute(runs, workdir, *, parallel, **kwargs):
+    calls.append(([r.name for r in runs], workdir, parallel))
+    return sweep.SweepRecord(workdir, runs, {})
+  monkeypatch.setattr(sweep, "execute", execute)
+  monkeypatch.setattr(sweep, "use_compilation_cache", lambda workdir: workdir)
+  summary = sweep.run_validation(f"{BATCH_LR}:smoke", str(tmp_path), log=lambda line: None)
+  assert calls == [([base, cand], os.path.join(str(tmp_path), "validation"), 1)]
+  assert not summary["validated_by_sweep"]
+  # A sweep that ran with --parallel=1 is its own validation: nothing runs again.
+  with open(tmp_path / "sweep.json", "w") as f:
+    json.dump({"parallel": 1}, f)
+  assert sweep.run_validation(f"{BATCH_LR}:smoke", str(tmp_path),
+                              log=lambda line: None)["validated_by_sweep"]
+  assert len(calls) == 1
+
+
+def test_sweep_records_its_stated_target_and_parallelism(tmp_path):
+  path = tmp_path / "s.py"
+  path.write_text("def get_config(arg=None):\n  return None\n"
+                  "def get_sweep(arg=None):\n  return [{}]\n"
+                  "def get_target(arg=None):\n  return {'metric': 'eval/x', 'value': 0.7}\n")
+  assert sweep.get_target(str(path), None) == {"metric": "eval/x", "value": 0.7}
+  path.write_text("def get_config(arg=None):\n  return None\n"
+                  "def get_sweep(arg=None):\n  return [{}]\n"
+                  "def get_target(arg=None):\n  return 0.7\n")
+  with pytest.raises(ValueError, match="must return"):
+    sweep.get_target(str(path), None)

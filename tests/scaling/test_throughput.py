@@ -34,11 +34,14 @@ def test_fit_profile_recovers_synthetic_costs():
   assert fit["generation"]["intercept"] == pytest.approx(1.0)
   assert fit["generation"]["slope"] == pytest.approx(0.005)
   assert fit["generation"]["bandwidth_bound_until_batch"] == pytest.approx(200.0)
+  assert fit["generation"]["bandwidth_bound_within_measured"]  # 64 <= 200 <= 512
   assert fit["training"]["slope"] == pytest.approx(0.001)
   assert fit["training"]["intercept"] == pytest.approx(0.1)
   assert fit["step"]["intercept"] == pytest.approx(1.1)
   assert fit["generation_throughput_ratio"] == pytest.approx((512 / 3.56) / (64 / 1.32))
   assert throughput.fit_profile(rows[:1]) == {}
+  # Measured only from B = 256 up, the crossover at 200 is an extrapolation: not claimed.
+  assert not throughput.fit_profile(rows[2:])["generation"]["bandwidth_bound_within_measured"]
 
 
 @pytest.mark.slow
