@@ -531,11 +531,10 @@ def _decisions(groups, throughput) -> list[dict]:
     base = batches[0]
     for cand in batches[1:]:
       base_rows, cand_rows = groups[(rule, base)], groups[(rule, cand)]
-      n_b = {_key(r): r["samples_lower_bound"] for r in base_rows}
-      n_c = {_key(r): r["samples_lower_bound"] for r in cand_rows}
-      if not set(n_b) & set(n_c) or min(n_b.values()) <= 0:
-        continue  # no common seed, or the base met the target at its warm start
-      paired = decision_lib.paired_log_ratio(n_c, n_b)
+      paired, dropped = _paired({_key(r): r["samples_lower_bound"] for r in cand_rows},
+                                {_key(r): r["samples_lower_bound"] for r in base_rows})
+      if paired is None:
+        continue
       censored = any(r["censored"] for r in base_rows + cand_rows if _key(r) in paired.seeds)
       q_b, q_c = throughput.q(base), throughput.q(cand)
       q_ratio = q_c / q_b if q_b and q_c else None
@@ -543,6 +542,7 @@ def _decisions(groups, throughput) -> list[dict]:
       time_ci = (decision_lib.time_ratio_interval(paired.ci, q_ratio, q_ci) if q_ratio else None)
       out.append({
           "base": base, "candidate": cand, "lr_rule": rule, "n_seeds": paired.n,
+          "seeds_at_target_at_warm_start": dropped,
           "throughput_ratio": q_ratio, "throughput_ratio_ci": q_ci,
           "samples_ratio": paired.ratio, "samples_ratio_ci": list(paired.ci) if paired.ci else None,
           "censored": bool(censored),
@@ -552,6 +552,18 @@ def _decisions(groups, throughput) -> list[dict]:
           "why": _why_unresolved(paired.n, censored, time_ci),
       })
   return out
+
+
+def _paired(candidate: dict, base: dict):
+  """(decision.paired_log_ratio over the common seed keys where both values are > 0, or None when
+  there is none; how many common keys were left out). A run that met the target at its warm start
+  (N* = 0) has no ratio: it is left out and counted, not divided by."""
+  common = set(candidate) & set(base)
+  usable = {k for k in common if candidate[k] > 0 and base[k] > 0}
+  if not usable:
+    return None, len(common)
+  return (decision_lib.paired_log_ratio({k: candidate[k] for k in usable},
+                                        {k: base[k] for k in usable}), len(common - usable))
 
 
 def _why_unresolved(n: int, censored: bool, ci) -> str | None:
@@ -606,8 +618,8 @@ def _validation(sweep_dir, meta, decisions, groups, memberships, row_args, runs)
             censored = True
             continue
           side[_key(row)] = val["measured_time_to_target_s"]
-      if set(t_b) & set(t_c):
-        paired = decision_lib.paired_log_ratio(t_c, t_b)
+      paired, _ = _paired(t_c, t_b)
+      if paired is not None:
         entry.update(measured_time_ratio=paired.ratio,
                      measured_time_ratio_ci=list(paired.ci) if paired.ci else None,
                      measured_verdict=decision_lib.verdict(paired.ci, censored=censored),
@@ -760,8 +772,12 @@ def _pooled_dict(pooled, scale: float = 1.0) -> dict:
           "steps": pooled.steps}
 
 
-def _interval_text(ci, digits=3) -> str:
-  return f"[{ci[0]:.{digits}g}, {ci[1]:.{digits}g}]" if ci else "(no interval: fewer than 3 seeds)"
+def _interval_text(ci, digits=3, missing="(no interval: fewer than 3 seeds)") -> str:
+  """"[lo, hi]" (None, an infinite end in JSON, as inf), or `missing` without an interval."""
+  if not ci:
+    return missing
+  low, high = ("inf" if c is None else f"{c:.{digits}g}" for c in ci)
+  return f"[{low}, {high}]"
 
 
 def _paired_rule_comparison(groups: list[dict], runs: list[dict], a: str, b: str, batch: int):
@@ -774,9 +790,9 @@ def _paired_rule_comparison(groups: list[dict], runs: list[dict], a: str, b: str
   rows = {r["name"]: r for r in runs}
   na = {tuple(rows[n]["seed_key"]): rows[n]["samples_lower_bound"] for n in ga["runs"]}
   nb = {tuple(rows[n]["seed_key"]): rows[n]["samples_lower_bound"] for n in gb["runs"]}
-  if not set(na) & set(nb):
+  paired, _ = _paired(na, nb)
+  if paired is None:
     return None
-  paired = decision_lib.paired_log_ratio(na, nb)
   censored = any(rows[n]["censored"] for n in ga["runs"] + gb["runs"])
   return paired, decision_lib.verdict(paired.ci, censored=censored), censored
 
@@ -841,9 +857,10 @@ def claims(report: dict) -> list[dict]:
       if res is None:
         continue
       paired, verdict, censored = res
-      words = {"faster": "faster", "slower": "slower", "unresolved": "not resolved"}[verdict]
+      words = {"faster": "none is faster", "slower": "none is slower",
+               "unresolved": "not resolved"}[verdict]
       add("retuning", f"At B = {batch}, without retuning (none) vs {other}: time ratio "
-          f"{paired.ratio:.3g} {_interval_text(paired.ci)} over {paired.n} seed(s): none is "
+          f"{paired.ratio:.3g} {_interval_text(paired.ci)} over {paired.n} seed(s): "
           f"{words}" + (" (a side is censored)" if censored else "") + ".", verdict != "unresolved")
   e = report.get("tuned_lr_exponent") or {}
   if e.get("exponent") is not None:
@@ -862,7 +879,9 @@ def claims(report: dict) -> list[dict]:
           f"{_fmt_num(fit.get('measured_best_batch'))}.", None)
   gns = report["gns"]
   if gns.get("available"):
-    parts = [f"{phase.replace('_', ' ')} {_fmt_num(p['b_simple'])} {_interval_text(p['ci'])}"
+    parts = [f"{phase.replace('_', ' ')} "
+             f"{'inf (noise-dominated)' if p['b_simple'] is None else _fmt_num(p['b_simple'])} "
+             f"{_interval_text(p['ci'], missing='(one step: no interval)')}"
              for phase, p in gns["pooled"].items()]
     add("noise_scale", f"B_simple pooled ({gns['unit']}): " + "; ".join(parts) + ".")
   val = report["validation"]

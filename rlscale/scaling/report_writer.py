@@ -73,8 +73,10 @@ def _lower_bound(x, censored: bool) -> str:
 
 
 def _ci(ci) -> str:
-  """"[lo, hi]", or "-" where there is no interval (fewer than 3 seeds)."""
-  return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-"
+  """"[lo, hi]" (an infinite end, None in JSON, as inf), or "-" where there is no interval."""
+  if not ci:
+    return "-"
+  return "[" + ", ".join("inf" if c is None else _fmt(c) for c in ci) + "]"
 
 
 SMOKE_BANNER = ("> **Smoke sweep: this report checks the pipeline only.** Its runs are too short, "

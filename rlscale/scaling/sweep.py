@@ -93,11 +93,14 @@ def load_sweep_module(path: str):
 
 def get_target(path: str, arg: str | None) -> dict[str, Any] | None:
   """The target the sweep file states, {"metric": str, "value": float}, from its optional
-  `get_target(arg)`; None when it defines none. Raises ValueError for a malformed one."""
+  `get_target(arg)`; None when it defines none or returns None (not stated yet, e.g. a pilot).
+  Raises ValueError for a malformed one."""
   module = load_sweep_module(path)
   if not hasattr(module, "get_target"):
     return None
   target = module.get_target(arg) if arg is not None else module.get_target()
+  if target is None:
+    return None
   if (not isinstance(target, dict) or not isinstance(target.get("metric"), str)
       or not isinstance(target.get("value"), (int, float))):
     raise ValueError(f"get_target({arg!r}) in {path!r} must return {{'metric': str, 'value': "
