@@ -35,3 +35,10 @@ python benchmarks/run_all.py --quick --out "$OUT" --only "$ONLY" \
   --extra "sampler=--generators rlscale_cache,rlscale_cache_grouped_g8 --host_threads 1" \
   --extra "update_step=--tokens $TOKENS $MODEL" \
   --extra "rl_step=$RL --trl_threads 1 --host_threads 1 $MODEL"
+# The batch-size study's throughput side on this machine: N* lives on the sample axis and does not
+# depend on the hardware, q(B) does. This profile, combined with the committed study's N*, gives
+# this machine's decisions (README, "Re-deciding for your hardware").
+if [[ "${DRY_RUN:-0}" == 1 ]]; then STUDY="experiments/sweeps/batch_lr.py:smoke"; PROMPTS="2,4"
+else STUDY="experiments/sweeps/batch_lr.py"; PROMPTS="8,32,128"; fi
+python -m rlscale.throughput --config="$STUDY" --prompts_per_step="$PROMPTS" --out="$OUT/throughput_batch_lr"
+echo "decisions for this machine: python -m rlscale.report experiments/results/batch_lr --throughput=$OUT/throughput_batch_lr --out=$OUT/report_batch_lr"

@@ -64,7 +64,8 @@ def _main(argv):
                                    allow_weak_target=_ALLOW_WEAK.value)
   paths = report_writer.write_report(report, sweep_dir, _OUT.value)
   t = report["target"]
-  print(f"report: {len(report['runs'])} runs, target {t['metric']} >= {t['value']:g}; "
+  device = f" (decisions for {report['throughput_device']})" if report.get("throughput_device") else ""
+  print(f"report: {len(report['runs'])} runs, target {t['metric']} >= {t['value']:g}{device}; "
         f"{paths['md']}, {paths['json']}, {len(paths['figures'])} figures")
 
 

@@ -95,6 +95,9 @@ def _header(report) -> list[str]:
   lines = [f"# Batch-size study: {report['sweep']}", ""]
   if report.get("smoke"):
     lines += [SMOKE_BANNER, ""]
+  if report.get("throughput_device"):
+    lines += [f"Decisions for the machine of the throughput profile: {report['throughput_device']}"
+              " (N* comes from the runs, on the sample axis; q from the profile).", ""]
   lines += [f"{weak}Target: {t['metric']} >= {t['value']:g} ({t['chosen']}; "
             + (f"{z:.1f} binomial standard errors above the warm start {t['warm_start']:.3f} on "
                f"{t['eval_size']} prompts" if z is not None else "distance from the warm start unknown")

@@ -465,3 +465,48 @@ def test_claims_never_state_a_direction_without_an_interval(sweep_dir):
   texts = [c for c in report["claims"] if c["topic"] in ("decision", "retuning", "invariance")]
   assert texts and all(not c["resolved"] for c in texts)
   assert any(c["text"].startswith("1 seed key(s): no interval") for c in report["claims"])
+
+
+def _profile(device, seconds_by_batch):
+  """A throughput profile measured on `device`: {B: seconds per step}, split evenly by phase."""
+  return {"device": device, "backend": device.split(":")[0], "batches": [
+      {"batch_size": b, "responses_per_s": b / t,
+       "seconds": {p: {"median": t / 3, "iqr": [t / 3, t / 3]}
+                   for p in ("generation", "reward", "training")} | {"step": {"median": t, "iqr": [t, t]}}}
+      for b, t in seconds_by_batch.items()]}
+
+
+def test_decisions_for_another_machine_from_its_profile(tmp_path):
+  # N* on the sample axis does not depend on the hardware: 32 responses at B = 8 and 48 at B = 16
+  # for each of 3 seeds (paired ratio 1.5 exactly). A CPU-like profile with equal q at both batches
+  # predicts T ratio 1.5 (slower); a GPU-like one where B = 16 steps take 2/3 s against 1 s at
+  # B = 8 (q ratio 3) predicts 0.5 (faster): same runs, other machine, other decision.
+  root = str(tmp_path)
+  for seed in range(3):
+    for name, prompts, evals in (("b8", 4, {0: 0.2, 16: 0.3, 32: 0.5, 48: 0.6, 64: 0.6}),
+                                 ("b16", 8, {0: 0.2, 16: 0.3, 32: 0.4, 48: 0.5, 64: 0.6})):
+      write_run(root, f"{name},seed={seed}", prompts=prompts, lr_scaling="none", seed=seed,
+                evals=evals, step_seconds=(1.0, 0.0, 1.0), budget=64)
+  kwargs = dict(target=0.5, window=1, allow_weak_target=True)
+  cpu = report_lib.build_report(root, profile=_profile("cpu:0", {8: 1.0, 16: 2.0}), **kwargs)
+  gpu = report_lib.build_report(root, profile=_profile("cuda:0", {8: 1.0, 16: 2 / 3}), **kwargs)
+  d_cpu, d_gpu = (next(d for d in r["decisions"] if d["lr_rule"] == "none") for r in (cpu, gpu))
+  assert d_cpu["samples_ratio"] == pytest.approx(1.5) == d_gpu["samples_ratio"]
+  assert d_cpu["predicted_time_ratio"] == pytest.approx(1.5) and d_cpu["verdict"] == "slower"
+  assert d_gpu["predicted_time_ratio"] == pytest.approx(0.5) and d_gpu["verdict"] == "faster"
+  assert gpu["throughput_device"] == "cuda:0"
+  assert "Decisions for the machine of the throughput profile: cuda:0" in report_writer.markdown(
+      gpu, [])
+  # From the command line: the committed N* with another machine's profile, written elsewhere.
+  with open(tmp_path / "gpu_profile.json", "w") as f:
+    json.dump(_profile("cuda:0", {8: 1.0, 16: 2 / 3}), f)
+  out = subprocess.run([sys.executable, "-m", "rlscale.report", root, "--target=0.5", "--smooth=1",
+                        "--allow_weak_target", f"--throughput={tmp_path / 'gpu_profile.json'}",
+                        f"--out={tmp_path / 'gpu'}"], capture_output=True, text=True,
+                       timeout=hang_timeout(120))
+  assert out.returncode == 0, out.stderr
+  with open(tmp_path / "gpu" / "report.json") as f:
+    saved = json.load(f)
+  assert saved["throughput_device"] == "cuda:0"
+  assert next(d for d in saved["decisions"] if d["lr_rule"] == "none")["verdict"] == "faster"
+  assert "(decisions for cuda:0)" in out.stdout
