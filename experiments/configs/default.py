@@ -194,7 +194,18 @@ def get_config(arg=None):
   config.optim.grad_clip_norm = 50.0
   # Schedule: "constant", "cosine" or "linear" (decay after warmup).
   config.optim.schedule = "cosine"
+  # What warmup and decay count: "steps" (optimizer updates: warmup_steps, decay_steps) or
+  # "samples" (responses consumed: warmup_samples, decay_samples), so runs of different batch
+  # sizes apply the same LR at the same responses consumed (rlscale/train/optimizer.py).
+  config.optim.schedule_unit = "steps"
+  # Warmup and decay horizon in optimizer updates (schedule_unit="steps"); decay_steps None =
+  # the run's optimizer updates (RL steps x epochs x minibatches).
   config.optim.warmup_steps = 0
+  config.optim.decay_steps = placeholder(int)
+  # Warmup and decay horizon in responses (schedule_unit="samples"); decay_samples None = the
+  # run's budget (train.total_samples, or train.total_steps x B).
+  config.optim.warmup_samples = 0
+  config.optim.decay_samples = placeholder(int)
   # Learning rate at the end of a cosine/linear decay, as a fraction of the peak.
   config.optim.final_lr_frac = 0.0
   # PPO critic learning rate at the reference batch (scaled like the policy's); None = learning_rate.

@@ -315,7 +315,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   batch_size = rl.prompts_per_step * rl.group_size
   total_steps = resolve_total_steps(config.train, batch_size)
   # Everything that can be checked without the model is checked before the (slow) warm start.
-  optimizer_args = update_lib.optimizer_args(rl, total_steps)
+  optimizer_args = update_lib.optimizer_args(rl, total_steps, config.train.get("total_samples"))
   optimizer = make_optimizer(config.optim, **optimizer_args)
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   sampling = rollout_sampling(config, rl)

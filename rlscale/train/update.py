@@ -88,12 +88,20 @@ def uses_ref_logp(rl_cfg) -> bool:
   return rl_cfg.kl_coef > 0
 
 
-def optimizer_args(rl_cfg, rl_steps: int) -> dict[str, int]:
-  """`make_optimizer` keywords for a run of `rl_steps` update-step calls: the responses per
-  optimizer update (B / minibatches) and the number of optimizer updates
-  (rl_steps x epochs x minibatches)."""
-  return {"batch_size": rl_cfg.prompts_per_step * rl_cfg.group_size // rl_cfg.minibatches,
-          "total_steps": rl_steps * rl_cfg.epochs * rl_cfg.minibatches}
+def optimizer_args(rl_cfg, rl_steps: int, total_samples: Optional[int] = None) -> dict[str, int]:
+  """`make_optimizer` keywords for a run of `rl_steps` update-step calls.
+
+  Returns: batch_size, the responses per optimizer update (B / minibatches, the batch the LR rule
+  scales with); total_steps, the optimizer updates (rl_steps x epochs x minibatches);
+  updates_per_step (epochs x minibatches); step_samples, B = P x G responses per RL step; and
+  budget_samples, the run's budget in responses (train.total_samples when given, else
+  rl_steps x B), the default decay horizon of optim.schedule_unit "samples"."""
+  step_samples = rl_cfg.prompts_per_step * rl_cfg.group_size
+  updates_per_step = rl_cfg.epochs * rl_cfg.minibatches
+  return {"batch_size": step_samples // rl_cfg.minibatches,
+          "total_steps": rl_steps * updates_per_step,
+          "updates_per_step": updates_per_step, "step_samples": step_samples,
+          "budget_samples": rl_steps * step_samples if total_samples is None else total_samples}
 
 
 def check_batch(batch, rl_cfg, num_devices: Optional[int] = None) -> None:

@@ -217,8 +217,22 @@ def test_invalid_config_is_rejected_when_building():
 
 
 def test_optimizer_args():
-  rl = problem.rl_config("grpo", epochs=2, minibatches=4)
-  assert update_lib.optimizer_args(rl, rl_steps=10) == {"batch_size": 4, "total_steps": 80}
+  rl = problem.rl_config("grpo", epochs=2, minibatches=4)  # B = 4 x 4 = 16 responses per step
+  assert update_lib.optimizer_args(rl, rl_steps=10) == {
+      "batch_size": 4, "total_steps": 80, "updates_per_step": 8, "step_samples": 16,
+      "budget_samples": 160}
+  assert update_lib.optimizer_args(rl, rl_steps=10, total_samples=150)["budget_samples"] == 150
+
+
+def test_ppo_epochs_and_minibatches_follow_the_sample_schedule():
+  # PPO, 2 epochs x 2 minibatches, B = 16 per step over a budget of 4 x 16 = 64 responses; linear
+  # warmup over 32 responses then linear decay to 0 at 64: step 1 (s = 16) lr 1e-3 x 16 / 32,
+  # step 2 (s = 32) the peak, step 3 (s = 48) 1e-3 x (1 - 16 / 32).
+  rl = problem.rl_config("ppo", epochs=2, minibatches=2)
+  optim = problem.optim_config(schedule="linear", schedule_unit="samples", warmup_samples=32)
+  run = problem.run_updates(rl, steps=3, optim=optim)
+  np.testing.assert_allclose([m["learning_rate"][0] for m in run.metrics], [5e-4, 1e-3, 5e-4],
+                             rtol=1e-6)
 
 
 def test_shard_batch_and_replicate_helpers():
