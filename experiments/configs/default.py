@@ -210,10 +210,12 @@ def get_config(arg=None):
   config.optim.final_lr_frac = 0.0
   # PPO critic learning rate at the reference batch (scaled like the policy's); None = learning_rate.
   config.optim.critic_learning_rate = placeholder(float)
-  # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt".
+  # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt", or "sqrt_adam"
+  # (sqrt with Adam's betas and eps adjusted for k = B / B0, as adjust_adam; Malladi et al. 2022).
   config.optim.lr_scaling = "none"
   config.optim.reference_batch = 256
-  # Adjust Adam betas/eps for the batch ratio (docs/design.md, rlscale/train/optimizer.py).
+  # Adjust Adam betas/eps for the batch ratio with any LR rule (docs/design.md,
+  # rlscale/train/optimizer.py); lr_scaling="sqrt_adam" implies it.
   config.optim.adjust_adam = False
 
   # --- Supervised warm start on the task's reference answers (cached; sweeps reuse it).

@@ -94,8 +94,11 @@ def get_sweep(path: str, arg: str | None) -> list[dict[str, Any]]:
 
 def effective_signature(config) -> str:
   """JSON of the settings that change what a run computes: the learning rate after scaling
-  replaces (learning_rate, lr_scaling, reference_batch), and the cache directory is dropped."""
-  from rlscale.train.optimizer import scaled_learning_rate  # pylint: disable=g-import-not-at-top
+  replaces (learning_rate, lr_scaling, reference_batch), the Adam betas and eps after the batch
+  adjustment (adjust_adam or lr_scaling "sqrt_adam") replace (b1, b2, eps, adjust_adam), so
+  "sqrt_adam" merges with "sqrt" only at the reference batch (k = 1), and the cache directory is
+  dropped."""
+  from rlscale.train.optimizer import adam_hyperparams, scaled_learning_rate  # pylint: disable=g-import-not-at-top
   flat = flatten_config(json.loads(json.dumps(config.to_dict(), default=str)))
   # Responses per optimizer update, the batch the LR rule scales with (update.optimizer_args).
   batch = config.rl.prompts_per_step * config.rl.group_size // config.rl.minibatches
@@ -103,9 +106,12 @@ def effective_signature(config) -> str:
   if config.optim.critic_learning_rate is not None:
     flat["optim.critic_learning_rate"] = scaled_learning_rate(
         config.optim, batch, base_learning_rate=config.optim.critic_learning_rate)
-  flat.pop("optim.lr_scaling", None)
-  if not config.optim.adjust_adam:
-    flat.pop("optim.reference_batch", None)
+  try:
+    flat.update({f"optim.{k}": v for k, v in adam_hyperparams(config.optim, batch).items()})
+    for field in ("lr_scaling", "adjust_adam", "reference_batch"):
+      flat.pop(f"optim.{field}", None)
+  except ValueError:
+    pass  # outside the Adam rule's range: kept apart by its raw fields, and refused when it starts
   flat.pop("sft.cache_dir", None)
   return json.dumps(flat, sort_keys=True, default=str)
 

@@ -3,8 +3,9 @@
 For a batch of B responses per optimizer step and the config's reference batch B0 (k = B / B0):
 
 - learning rate (`optim.lr_scaling`): "none" lr0; "linear" lr0 * k (Goyal et al. 2017);
-  "sqrt" lr0 * sqrt(k), the square-root rule for Adam (Malladi et al. 2022);
-- with `optim.adjust_adam`, the Adam moment decays keep their horizon in samples rather than steps:
+  "sqrt" lr0 * sqrt(k), the square-root rule for Adam (Malladi et al. 2022); "sqrt_adam" the
+  square-root rule in full: lr0 * sqrt(k) with the Adam adjustment below (as `adjust_adam`);
+- with `optim.adjust_adam` (or lr_scaling "sqrt_adam"), the Adam moment decays keep their horizon in samples rather than steps:
   beta_i -> 1 - k (1 - beta_i), and eps -> eps / sqrt(k) (the gradient noise, and so sqrt(v),
   shrinks like 1/sqrt(B)) (Malladi et al. 2022, "On the SDEs and scaling rules for adaptive
   gradient algorithms"). The rule needs k (1 - beta_i) < 1 (a decay in (0, 1)); beyond it the
@@ -35,7 +36,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-LR_SCALINGS = ("none", "linear", "sqrt")
+LR_SCALINGS = ("none", "linear", "sqrt", "sqrt_adam")
+# Rules that adjust Adam's betas and eps with the batch ratio (besides optim.adjust_adam).
+ADAM_ADJUSTING_SCALINGS = ("sqrt_adam",)
 SCHEDULES = ("constant", "cosine", "linear")
 SCHEDULE_UNITS = ("steps", "samples")
 OPTIMIZERS = ("adam", "adamw")
@@ -73,32 +76,45 @@ def scaled_learning_rate(optim_cfg: ml_collections.ConfigDict, batch_size: int,
     return float(lr0)
   if optim_cfg.lr_scaling == "linear":
     return float(lr0 * k)
-  if optim_cfg.lr_scaling == "sqrt":
+  if optim_cfg.lr_scaling in ("sqrt", "sqrt_adam"):
     return float(lr0 * math.sqrt(k))
   raise ValueError(f"optim.lr_scaling={optim_cfg.lr_scaling!r} is not one of {list(LR_SCALINGS)}")
 
 
+def adjusts_adam(optim_cfg: ml_collections.ConfigDict) -> bool:
+  """Whether Adam's betas and eps follow the batch ratio: optim.adjust_adam, or an LR rule that
+  includes the adjustment (optim.lr_scaling "sqrt_adam")."""
+  return (bool(optim_cfg.get("adjust_adam"))
+          or optim_cfg.get("lr_scaling") in ADAM_ADJUSTING_SCALINGS)
+
+
 def adam_hyperparams(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str, float]:
   """{"b1", "b2", "eps"} for `batch_size`: the config's values, adjusted for k = B / B0 when
-  optim.adjust_adam is set (see the module docstring).
+  `adjusts_adam` (optim.adjust_adam, or optim.lr_scaling "sqrt_adam"; see the module docstring).
+  At k = 1 the adjusted values equal the config's (1 - (1 - beta) is exact for beta >= 0.5).
 
-  Raises ValueError for bad batch sizes, betas outside [0, 1), or, with optim.adjust_adam, a batch
-  outside the rule's range k (1 - beta) < 1 (naming the beta, k and the largest batch allowed)."""
+  Raises ValueError for bad batch sizes, betas outside [0, 1), or, when adjusting, a batch
+  outside the rule's range k (1 - beta) < 1 (naming the rule, the beta, k and the largest batch
+  allowed)."""
   b1, b2, eps = optim_cfg.b1, optim_cfg.b2, optim_cfg.eps
   for name, beta in (("b1", b1), ("b2", b2)):
     if not 0.0 <= beta < 1.0:
       raise ValueError(f"optim.{name} must be in [0, 1), got {beta}")
-  if not optim_cfg.adjust_adam:
+  if not adjusts_adam(optim_cfg):
     return {"b1": float(b1), "b2": float(b2), "eps": float(eps)}
   k = _batch_ratio(optim_cfg, batch_size)
+  if optim_cfg.get("adjust_adam"):
+    rule, off = "optim.adjust_adam", "optim.adjust_adam=False"
+  else:
+    rule, off = f"optim.lr_scaling={optim_cfg.lr_scaling!r}", "optim.lr_scaling='sqrt'"
   for name, beta in (("b1", b1), ("b2", b2)):
     if k * (1.0 - beta) >= 1.0 - 1e-9:  # tolerance: 10 * (1 - 0.9) rounds below 1
       raise ValueError(
-          f"optim.adjust_adam: batch {batch_size} is k = {k:g} x optim.reference_batch="
+          f"{rule}: batch {batch_size} is k = {k:g} x optim.reference_batch="
           f"{optim_cfg.reference_batch}, and k (1 - optim.{name}) = {k * (1.0 - beta):g} >= 1, "
           f"outside the scaling rule's range k (1 - beta) < 1 (optim.{name}={beta} allows "
           f"k < {1.0 / (1.0 - beta):g}); use a smaller batch, a larger optim.reference_batch or "
-          f"optim.{name}, or optim.adjust_adam=False")
+          f"optim.{name}, or {off}")
   adjust = lambda beta: float(min(1.0 - k * (1.0 - beta), MAX_ADJUSTED_BETA))  # noqa: E731
   return {"b1": adjust(b1), "b2": adjust(b2), "eps": float(eps / math.sqrt(k))}
 

@@ -23,13 +23,13 @@ def _optim(**fields):
 
 @pytest.mark.parametrize("scaling, batch, expected", [
     ("none", 256, 1e-3), ("linear", 256, 4e-3), ("sqrt", 256, 2e-3), ("sqrt", 16, 5e-4),
-    ("linear", 64, 1e-3)])
+    ("linear", 64, 1e-3), ("sqrt_adam", 256, 2e-3), ("sqrt_adam", 16, 5e-4)])
 def test_lr_scaling(scaling, batch, expected):
   assert opt_lib.scaled_learning_rate(_optim(lr_scaling=scaling), batch) == pytest.approx(expected)
 
 
 def test_lr_scaling_errors():
-  with pytest.raises(ValueError, match=r"optim.lr_scaling='cube' is not one of \['none', 'linear', 'sqrt'\]"):
+  with pytest.raises(ValueError, match=r"optim.lr_scaling='cube' is not one of \['none', 'linear', 'sqrt', 'sqrt_adam'\]"):
     opt_lib.scaled_learning_rate(_optim(lr_scaling="cube"), 64)
   with pytest.raises(ValueError, match="optim.learning_rate must be > 0"):
     opt_lib.scaled_learning_rate(_optim(learning_rate=0.0), 64)
@@ -46,6 +46,41 @@ def test_adam_adjustment():
   assert edge["b1"] == pytest.approx(0.1) and edge["b2"] == pytest.approx(0.991)
   small = opt_lib.adam_hyperparams(_optim(adjust_adam=True, b2=0.99999), 32)  # k = 1/2
   assert small["b1"] == pytest.approx(0.95) and small["b2"] == 0.99999
+
+
+def test_sqrt_adam_is_sqrt_with_the_adam_adjustment():
+  # k = 256 / 64 = 4: lr 1e-3 x sqrt(4); b1 = 1 - 4 (1 - 0.9) = 0.6, b2 = 1 - 4 x 0.001 = 0.996,
+  # eps = 1e-8 / sqrt(4) = 5e-9. Plain sqrt keeps the config's betas and eps.
+  rule = _optim(lr_scaling="sqrt_adam")
+  assert opt_lib.adam_hyperparams(_optim(lr_scaling="sqrt"), 256) == {"b1": 0.9, "b2": 0.999,
+                                                                      "eps": 1e-8}
+  out = opt_lib.adam_hyperparams(rule, 256)
+  assert out["b1"] == pytest.approx(0.6) and out["b2"] == pytest.approx(0.996)
+  assert out["eps"] == pytest.approx(5e-9)
+  # At the reference batch (k = 1) nothing changes, bit for bit.
+  assert opt_lib.adam_hyperparams(rule, 64) == {"b1": 0.9, "b2": 0.999, "eps": 1e-8}
+  # The optimizer equals optax's Adam at those values over a few updates.
+  tx = opt_lib.make_optimizer(_optim(lr_scaling="sqrt_adam", grad_clip_norm=0.0), batch_size=256,
+                              total_steps=10)
+  reference = optax.adam(2e-3, b1=0.6, b2=0.996, eps=5e-9)
+  params = ref_params = {"w": jnp.ones(3)}
+  state, ref_state = tx.init(params), reference.init(params)
+  for g in (1.0, -0.5, 2.0):
+    grads = {"w": jnp.array([g, 3 * g, 1e-3])}
+    updates, state = tx.update(grads, state, params)
+    params = optax.apply_updates(params, updates)
+    ref_updates, ref_state = reference.update(grads, ref_state, ref_params)
+    ref_params = optax.apply_updates(ref_params, ref_updates)
+  np.testing.assert_allclose(params["w"], ref_params["w"], rtol=1e-6)
+
+
+def test_sqrt_adam_outside_the_rule_names_the_rule():
+  # k = 640 / 64 = 10: k (1 - 0.9) = 1.
+  with pytest.raises(ValueError, match=r"^optim.lr_scaling='sqrt_adam': batch 640 .*optim\.b1.*"
+                                       r"k < 10.*or optim.lr_scaling='sqrt'$"):
+    opt_lib.adam_hyperparams(_optim(lr_scaling="sqrt_adam"), 640)
+  with pytest.raises(ValueError, match=r"^optim.adjust_adam: batch 640 .*optim.adjust_adam=False$"):
+    opt_lib.adam_hyperparams(_optim(lr_scaling="sqrt_adam", adjust_adam=True), 640)
 
 
 @pytest.mark.parametrize("batch, fields, name, bound", [
