@@ -30,7 +30,8 @@ from ml_collections.config_dict import placeholder
 def get_config(arg=None):
   """Returns the default GRPO config; `arg="smoke"` shrinks everything for a ~1 minute run."""
   config = ml_collections.ConfigDict()
-  # Seed for parameters, task streams and sampling; the same seed gives the same metrics.
+  # Seed of RL (sampling, the prompt stream, a critic's head) and, unless sft.seed is set, of the
+  # warm start (init, SFT data); the same seeds give the same metrics.
   config.seed = 0
   # Initialise jax.distributed (multi-host): "auto" when JAX_COORDINATOR_ADDRESS is set, or True/False.
   config.distributed = "auto"
@@ -223,6 +224,9 @@ def get_config(arg=None):
   config.sft.steps = 300
   config.sft.batch_size = 64
   config.sft.learning_rate = 1e-3
+  # Seed of the warm start (the built-in model's init and the SFT data order); None = `seed`.
+  # `seed` then seeds RL alone, so runs with several seeds can share one warm start.
+  config.sft.seed = placeholder(int)
   # Shared cache directory for warm starts; None = <workdir>/sft.
   config.sft.cache_dir = ml_collections.config_dict.placeholder(str)
 
