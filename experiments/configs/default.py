@@ -130,7 +130,8 @@ def get_config(arg=None):
   config.rl.minibatches = 1
   # Gradient-accumulation microbatches per minibatch per device (memory and speed, not maths).
   # Unset (None): chosen per batch shape, on a CPU slices of >= 1,024 tokens (1.2x faster training
-  # here than one slice: activations stay in cache), on GPU/TPU one (`update.microbatch_count`).
+  # here than one slice: activations stay in cache), on GPU/TPU one, never dividing a group of
+  # group_size, and >= 2 with train.measure_noise_scale (`update.microbatch_count`).
   config.rl.microbatches = placeholder(int)
   # KL penalty to the frozen reference policy (0 = none) and its estimator: k1, k2, k3.
   # The main job runs without a KL term (as Dr. GRPO and DAPO do); set it to use one.
@@ -246,6 +247,10 @@ def get_config(arg=None):
   # record's `samples` is exact). The warm start (0 samples) and the last step always evaluate.
   config.train.eval_every_samples = placeholder(int)
   config.train.checkpoint_every = 50
+  # Measure the gradient noise scale (McCandlish et al. 2018) on one device: an unset
+  # rl.microbatches then splits each minibatch into >= 2 slices of whole groups (a warning when
+  # the batch allows none); False keeps the fastest split (`update.microbatch_count`).
+  config.train.measure_noise_scale = False
   config.train.keep_checkpoints = 2
   config.eval = ml_collections.ConfigDict()
   # pass@k from k samples per held-out prompt at the rollout temperature.

@@ -187,6 +187,9 @@ def check_train_config(config) -> None:
                      f"{config.sft.batch_size}")
   if config.sft.learning_rate <= 0:
     raise ValueError(f"sft.learning_rate must be > 0, got {config.sft.learning_rate}")
+  if not isinstance(config.train.get("measure_noise_scale", False), bool):
+    raise ValueError(f"train.measure_noise_scale must be True or False, "
+                     f"got {config.train.measure_noise_scale!r}")
   sft_seed = config.sft.get("seed")
   if sft_seed is not None and (isinstance(sft_seed, bool) or not isinstance(sft_seed, int)):
     raise ValueError(f"sft.seed must be an int or None (= seed), got {sft_seed!r}")
@@ -349,8 +352,13 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
     value_fn = update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
   state = update_lib.replicate(create_train_state(
       params, optimizer, critic_params=critic_params, critic_optimizer=critic_optimizer))
+  measure_noise_scale = config.train.get("measure_noise_scale", False)
   update_fn = update_lib.make_update_fn(model_config, rl, optimizer,
-                                        critic_optimizer=critic_optimizer)
+                                        critic_optimizer=critic_optimizer,
+                                        measure_noise_scale=measure_noise_scale)
+  warning = measure_noise_scale and update_lib.noise_scale_split_warning(rl, jax.device_count())
+  if warning:
+    log(warning)
   ref_params, logp_fn = None, None
   if update_lib.uses_ref_logp(rl):
     ref_params = update_lib.replicate(params)
