@@ -30,7 +30,8 @@ from ml_collections.config_dict import placeholder
 def get_config(arg=None):
   """Returns the default GRPO config; `arg="smoke"` shrinks everything for a ~1 minute run."""
   config = ml_collections.ConfigDict()
-  # Seed for parameters, task streams and sampling; the same seed gives the same metrics.
+  # Seed of RL (sampling, the prompt stream, a critic's head) and, unless sft.seed is set, of the
+  # warm start (init, SFT data); the same seeds give the same metrics.
   config.seed = 0
   # Initialise jax.distributed (multi-host): "auto" when JAX_COORDINATOR_ADDRESS is set, or True/False.
   config.distributed = "auto"
@@ -129,7 +130,8 @@ def get_config(arg=None):
   config.rl.minibatches = 1
   # Gradient-accumulation microbatches per minibatch per device (memory and speed, not maths).
   # Unset (None): chosen per batch shape, on a CPU slices of >= 1,024 tokens (1.2x faster training
-  # here than one slice: activations stay in cache), on GPU/TPU one (`update.microbatch_count`).
+  # here than one slice: activations stay in cache), on GPU/TPU one, never dividing a group of
+  # group_size, and >= 2 with train.measure_noise_scale (`update.microbatch_count`).
   config.rl.microbatches = placeholder(int)
   # KL penalty to the frozen reference policy (0 = none) and its estimator: k1, k2, k3.
   # The main job runs without a KL term (as Dr. GRPO and DAPO do); set it to use one.
@@ -194,15 +196,28 @@ def get_config(arg=None):
   config.optim.grad_clip_norm = 50.0
   # Schedule: "constant", "cosine" or "linear" (decay after warmup).
   config.optim.schedule = "cosine"
+  # What warmup and decay count: "steps" (optimizer updates: warmup_steps, decay_steps) or
+  # "samples" (responses consumed: warmup_samples, decay_samples), so runs of different batch
+  # sizes apply the same LR at the same responses consumed (rlscale/train/optimizer.py).
+  config.optim.schedule_unit = "steps"
+  # Warmup and decay horizon in optimizer updates (schedule_unit="steps"); decay_steps None =
+  # the run's optimizer updates (RL steps x epochs x minibatches).
   config.optim.warmup_steps = 0
+  config.optim.decay_steps = placeholder(int)
+  # Warmup and decay horizon in responses (schedule_unit="samples"); decay_samples None = the
+  # run's budget (train.total_samples, or train.total_steps x B).
+  config.optim.warmup_samples = 0
+  config.optim.decay_samples = placeholder(int)
   # Learning rate at the end of a cosine/linear decay, as a fraction of the peak.
   config.optim.final_lr_frac = 0.0
   # PPO critic learning rate at the reference batch (scaled like the policy's); None = learning_rate.
   config.optim.critic_learning_rate = placeholder(float)
-  # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt".
+  # LR scaling with batch B relative to reference_batch: "none", "linear", "sqrt", or "sqrt_adam"
+  # (sqrt with Adam's betas and eps adjusted for k = B / B0, as adjust_adam; Malladi et al. 2022).
   config.optim.lr_scaling = "none"
   config.optim.reference_batch = 256
-  # Adjust Adam betas/eps for the batch ratio (docs/design.md, rlscale/train/optimizer.py).
+  # Adjust Adam betas/eps for the batch ratio with any LR rule (docs/design.md,
+  # rlscale/train/optimizer.py); lr_scaling="sqrt_adam" implies it.
   config.optim.adjust_adam = False
 
   # --- Supervised warm start on the task's reference answers (cached; sweeps reuse it).
@@ -210,6 +225,9 @@ def get_config(arg=None):
   config.sft.steps = 300
   config.sft.batch_size = 64
   config.sft.learning_rate = 1e-3
+  # Seed of the warm start (the built-in model's init and the SFT data order); None = `seed`.
+  # `seed` then seeds RL alone, so runs with several seeds can share one warm start.
+  config.sft.seed = placeholder(int)
   # Shared cache directory for warm starts; None = <workdir>/sft.
   config.sft.cache_dir = ml_collections.config_dict.placeholder(str)
 
@@ -229,6 +247,10 @@ def get_config(arg=None):
   # record's `samples` is exact). The warm start (0 samples) and the last step always evaluate.
   config.train.eval_every_samples = placeholder(int)
   config.train.checkpoint_every = 50
+  # Measure the gradient noise scale (McCandlish et al. 2018) on one device: an unset
+  # rl.microbatches then splits each minibatch into >= 2 slices of whole groups (a warning when
+  # the batch allows none); False keeps the fastest split (`update.microbatch_count`).
+  config.train.measure_noise_scale = False
   config.train.keep_checkpoints = 2
   config.eval = ml_collections.ConfigDict()
   # pass@k from k samples per held-out prompt at the rollout temperature.

@@ -187,6 +187,12 @@ def check_train_config(config) -> None:
                      f"{config.sft.batch_size}")
   if config.sft.learning_rate <= 0:
     raise ValueError(f"sft.learning_rate must be > 0, got {config.sft.learning_rate}")
+  if not isinstance(config.train.get("measure_noise_scale", False), bool):
+    raise ValueError(f"train.measure_noise_scale must be True or False, "
+                     f"got {config.train.measure_noise_scale!r}")
+  sft_seed = config.sft.get("seed")
+  if sft_seed is not None and (isinstance(sft_seed, bool) or not isinstance(sft_seed, int)):
+    raise ValueError(f"sft.seed must be an int or None (= seed), got {sft_seed!r}")
 
 
 def held_out_examples(config, task, log) -> list:
@@ -227,8 +233,8 @@ def model_remat(config) -> bool:
 
 
 def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
-  """The policy to train: built-in (random init from config.seed) or an HF checkpoint from
-  config.model.checkpoint_path.
+  """The policy to train: built-in (random init from the warm start's seed,
+  `sft.effective_sft_seed`) or an HF checkpoint from config.model.checkpoint_path.
 
   Mixed precision for every source (as MaxText, verl's FSDP actor and TRL with bf16 compute):
   float32 master parameters (and so float32 Adam moments), computation in config.model.dtype.
@@ -257,7 +263,7 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
   model_config = ModelConfig(vocab_size=tokenizer.vocab_size, param_dtype="float32", remat=remat,
                              **fields)
   model_config.replace(param_dtype=export_dtype)  # validates model.param_dtype now
-  params = init_params(model_config, jax.random.key(config.seed))
+  params = init_params(model_config, jax.random.key(sft.effective_sft_seed(config)))
   log(f"model: built-in {model_config.num_params() / 1e6:.2f}M-parameter transformer")
   return model_config, params, export_dtype
 
@@ -278,14 +284,19 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   cache_dir = config.sft.cache_dir or os.path.join(workdir, SFT_DIR)
   # remat changes memory, not the numbers: left out so caches made without it stay valid.
   model_fields = {k: v for k, v in dataclasses.asdict(model_config).items() if k != "remat"}
+  sft_seed = sft.effective_sft_seed(config)
   key = sft.warm_start_key({"model": model_fields, "task": config.task.to_dict(),
-                            "sft": {k: v for k, v in config.sft.to_dict().items() if k != "cache_dir"},
-                            "seed": config.seed, "rollout": config.rollout.to_dict()})
+                            "sft": sft.warm_start_sft_fields(config.sft.to_dict()),
+                            "seed": sft_seed, "rollout": config.rollout.to_dict()})
   batch_size = config.sft.batch_size
+  # SFT data: the training stream under the sft seed (RL's own task when the seeds agree; built
+  # on a cache miss only).
+  sft_task = functools.cache(
+      lambda: task if sft_seed == config.seed else make_task(config.task, seed=sft_seed))
 
   def make_batch(step):
     # SFT reads its own stretch of the stream, far past what RL consumes first.
-    examples = [task.train_example(10**8 + step * batch_size + i) for i in range(batch_size)]
+    examples = [sft_task().train_example(10**8 + step * batch_size + i) for i in range(batch_size)]
     prompt_tokens, prompt_mask = encode_prompts(
         tokenizer, [task.format_prompt(e) for e in examples], buckets[-1:])
     response_tokens, response_mask = encode_responses(
@@ -315,7 +326,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   batch_size = rl.prompts_per_step * rl.group_size
   total_steps = resolve_total_steps(config.train, batch_size)
   # Everything that can be checked without the model is checked before the (slow) warm start.
-  optimizer_args = update_lib.optimizer_args(rl, total_steps)
+  optimizer_args = update_lib.optimizer_args(rl, total_steps, config.train.get("total_samples"))
   optimizer = make_optimizer(config.optim, **optimizer_args)
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   sampling = rollout_sampling(config, rl)
@@ -341,8 +352,13 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
     value_fn = update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
   state = update_lib.replicate(create_train_state(
       params, optimizer, critic_params=critic_params, critic_optimizer=critic_optimizer))
+  measure_noise_scale = config.train.get("measure_noise_scale", False)
   update_fn = update_lib.make_update_fn(model_config, rl, optimizer,
-                                        critic_optimizer=critic_optimizer)
+                                        critic_optimizer=critic_optimizer,
+                                        measure_noise_scale=measure_noise_scale)
+  warning = measure_noise_scale and update_lib.noise_scale_split_warning(rl, jax.device_count())
+  if warning:
+    log(warning)
   ref_params, logp_fn = None, None
   if update_lib.uses_ref_logp(rl):
     ref_params = update_lib.replicate(params)

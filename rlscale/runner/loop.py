@@ -50,6 +50,7 @@ from rlscale.runner.evaluate import METRIC_NAMES, accuracy_change_note, evaluati
 from rlscale.runner.interrupts import StopFlag
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
+from rlscale.runner.sft import effective_sft_seed
 from rlscale.runner.timing import RunClock
 from rlscale.tasks.rewards import score_batch
 from rlscale.train import update as update_lib
@@ -185,7 +186,8 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
   rl = run.rl_config
   if hosts.writer:
     outputs.write_json(os.path.join(workdir, CONFIG_FILE),
-                       {"config": config.to_dict(), "rl_resolved": rl.to_dict()},
+                       {"config": config.to_dict(), "rl_resolved": rl.to_dict(),
+                        "sft_seed": effective_sft_seed(config)},
                        indent=2, sort_keys=True, default=str)
 
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),

@@ -43,6 +43,25 @@ def sequence_cross_entropy(params, model_config: ModelConfig, tokens: jax.Array,
   return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
+def effective_sft_seed(config) -> int:
+  """The warm start's seed: `sft.seed`, or the run's `seed` when sft.seed is None (the default, so
+  a config without the field trains the warm start it always did).
+
+  It seeds everything the warm start depends on: the built-in policy's random init and the order
+  of the SFT data (the task's training stream under this seed). `seed` seeds RL alone (sampling
+  keys, the prompt stream, a critic's head), so runs with different `seed` and one `sft.seed`
+  start RL from the same parameters (common random numbers for the warm start)."""
+  seed = config.sft.get("seed")
+  return config.seed if seed is None else seed
+
+
+def warm_start_sft_fields(sft_fields: dict) -> dict:
+  """The `sft` section's fields that enter the warm start's cache key as they are: all but
+  cache_dir (where it is stored) and seed (the key holds the effective one,
+  `effective_sft_seed`, so sft.seed=None and sft.seed=seed share one warm start)."""
+  return {k: v for k, v in sft_fields.items() if k not in ("cache_dir", "seed")}
+
+
 def warm_start_key(parts: dict) -> str:
   """Stable short hash of a JSON-able description of everything the warm start depends on."""
   blob = json.dumps(parts, sort_keys=True, default=str).encode()

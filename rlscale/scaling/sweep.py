@@ -56,7 +56,8 @@ COMPILATION_CACHE_DIR = "jax_cache"
 COMPILATION_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 MAX_EXIT_STATUS = 100  # exit status = failed runs, capped
 # Config sections the warm start depends on (as rlscale.runner.builders.warm_start's cache key).
-WARM_START_FIELDS = ("model", "task", "sft", "seed", "rollout")
+# Config sections the warm start depends on; with the effective sft seed (`warm_start_signature`).
+WARM_START_FIELDS = ("model", "task", "sft", "rollout")
 
 
 @dataclasses.dataclass
@@ -119,8 +120,12 @@ def get_sweep(path: str, arg: str | None) -> list[dict[str, Any]]:
 
 def effective_signature(config) -> str:
   """JSON of the settings that change what a run computes: the learning rate after scaling
-  replaces (learning_rate, lr_scaling, reference_batch), and the cache directory is dropped."""
-  from rlscale.train.optimizer import scaled_learning_rate  # pylint: disable=g-import-not-at-top
+  replaces (learning_rate, lr_scaling, reference_batch), the Adam betas and eps after the batch
+  adjustment (adjust_adam or lr_scaling "sqrt_adam") replace (b1, b2, eps, adjust_adam), so
+  "sqrt_adam" merges with "sqrt" only at the reference batch (k = 1), sft.seed is the effective
+  warm-start seed, and the cache directory is dropped."""
+  from rlscale.runner import sft  # pylint: disable=g-import-not-at-top
+  from rlscale.train.optimizer import adam_hyperparams, scaled_learning_rate  # pylint: disable=g-import-not-at-top
   flat = flatten_config(json.loads(json.dumps(config.to_dict(), default=str)))
   # Responses per optimizer update, the batch the LR rule scales with (update.optimizer_args).
   batch = config.rl.prompts_per_step * config.rl.group_size // config.rl.minibatches
@@ -128,9 +133,13 @@ def effective_signature(config) -> str:
   if config.optim.critic_learning_rate is not None:
     flat["optim.critic_learning_rate"] = scaled_learning_rate(
         config.optim, batch, base_learning_rate=config.optim.critic_learning_rate)
-  flat.pop("optim.lr_scaling", None)
-  if not config.optim.adjust_adam:
-    flat.pop("optim.reference_batch", None)
+  try:
+    flat.update({f"optim.{k}": v for k, v in adam_hyperparams(config.optim, batch).items()})
+    for field in ("lr_scaling", "adjust_adam", "reference_batch"):
+      flat.pop(f"optim.{field}", None)
+  except ValueError:
+    pass  # outside the Adam rule's range: kept apart by its raw fields, and refused when it starts
+  flat["sft.seed"] = sft.effective_sft_seed(config)  # None and `seed` train the same warm start
   flat.pop("sft.cache_dir", None)
   return json.dumps(flat, sort_keys=True, default=str)
 
@@ -193,10 +202,14 @@ def is_finished(workdir: str, run: Run) -> bool:
 
 
 def warm_start_signature(config) -> str:
-  """JSON of the config sections the warm start depends on (WARM_START_FIELDS, cache dir aside)."""
+  """JSON of the config sections the warm start depends on (WARM_START_FIELDS, cache dir aside)
+  and its seed, the effective sft seed (`sft.effective_sft_seed`): runs with seed 0, 1, 2 and
+  sft.seed 0 share one warm start, as the runner's cache key does (`builders.warm_start`)."""
+  from rlscale.runner import sft  # pylint: disable=g-import-not-at-top
   d = json.loads(json.dumps(config.to_dict(), default=str))
   parts = {k: d[k] for k in WARM_START_FIELDS}
-  parts["sft"] = {k: v for k, v in parts["sft"].items() if k != "cache_dir"}
+  parts["sft"] = sft.warm_start_sft_fields(parts["sft"])
+  parts["seed"] = sft.effective_sft_seed(config)
   return json.dumps(parts, sort_keys=True)
 
 

@@ -58,24 +58,66 @@ _MAX_METRICS = ("ratio_max",)
 CPU_MICROBATCH_TOKENS = 1024
 
 
+def _whole_group_splits(rows: int, group_size: Optional[int]) -> list[int]:
+  """Slice counts K that divide `rows`, keeping whole GRPO groups in every slice (rows / K a
+  multiple of group_size) whenever rows is a multiple of group_size; ascending."""
+  keep_groups = bool(group_size) and rows % group_size == 0
+  return [k for k in range(1, rows + 1)
+          if rows % k == 0 and (not keep_groups or (rows // k) % group_size == 0)]
+
+
 def microbatch_count(setting: Optional[int], rows: int, width: int,
-                     platform: Optional[str] = None) -> int:
+                     platform: Optional[str] = None, *, group_size: Optional[int] = None,
+                     measure_noise_scale: bool = False) -> int:
   """Gradient-accumulation slices for `rows` rows of `width` tokens (one device's minibatch).
 
   Args:
-    setting: rl.microbatches: an int is used as it is; None chooses: on CPU the largest divisor K
-      of rows with rows / K * width >= CPU_MICROBATCH_TOKENS (1 when even one slice is smaller),
-      elsewhere 1 (GPU/TPU matmuls want the whole minibatch).
+    setting: rl.microbatches: an int is used as it is; None chooses K among the splits that keep
+      whole groups (below): on CPU the largest K with rows / K * width >= CPU_MICROBATCH_TOKENS
+      (1 when even one slice is smaller), elsewhere 1 (GPU/TPU matmuls want the whole
+      minibatch); then, with measure_noise_scale, the smallest K >= 2 when that K is 1 (the
+      gradient noise scale needs two slices: McCandlish et al. 2018), if a split allows one.
     rows, width: the minibatch's rows per device and its token width T.
     platform: "cpu", "gpu", "tpu"; default jax.default_backend().
-  Returns: K >= 1 (divides rows when chosen).
+    group_size: G (rl.group_size): when rows is a multiple of G, an automatic K gives every slice
+      a multiple of G rows, so no GRPO group is divided; None: any divisor of rows.
+    measure_noise_scale: train.measure_noise_scale on one device (with several devices each
+      device's part is the small batch, see `update_step`).
+  Returns: K >= 1 (divides rows when chosen). See `noise_scale_split_warning` for the batches
+  that cannot give two slices.
   """
   if setting is not None:
     return setting
-  if (platform or jax.default_backend()) != "cpu":
-    return 1
-  fits = [k for k in range(1, rows + 1) if rows % k == 0 and rows // k * width >= CPU_MICROBATCH_TOKENS]
-  return max(fits, default=1)
+  splits = _whole_group_splits(rows, group_size)
+  count = 1
+  if (platform or jax.default_backend()) == "cpu":
+    count = max([k for k in splits if rows // k * width >= CPU_MICROBATCH_TOKENS], default=1)
+  if measure_noise_scale and count < 2:
+    count = min([k for k in splits if k >= 2], default=count)
+  return count
+
+
+def noise_scale_split_warning(rl_cfg, num_devices: int) -> Optional[str]:
+  """One line saying why train.measure_noise_scale gets no estimate at this batch, or None.
+
+  On one device the small batches are the microbatches, so the estimate needs K >= 2 slices of
+  a minibatch's B / minibatches rows: none when rl.microbatches is 1, or unset and no split into
+  2 or more slices keeps whole groups of rl.group_size (`microbatch_count`). With several
+  devices each device's part is a small batch: always measurable."""
+  if num_devices > 1:
+    return None
+  rows = rl_cfg.prompts_per_step * rl_cfg.group_size // rl_cfg.minibatches
+  if rl_cfg.microbatches is None:
+    if len(_whole_group_splits(rows, rl_cfg.group_size)) > 1:
+      return None
+    why = (f"its {rows} rows per minibatch do not split into 2 or more slices of whole groups of "
+           f"rl.group_size={rl_cfg.group_size}")
+  elif rl_cfg.microbatches >= 2:
+    return None
+  else:
+    why = "rl.microbatches=1 gives one slice (unset it, or set it >= 2)"
+  return (f"warning: train.measure_noise_scale: the gradient noise scale cannot be measured at "
+          f"this batch on one device: {why}")
 
 
 def uses_critic(rl_cfg) -> bool:
@@ -88,12 +130,20 @@ def uses_ref_logp(rl_cfg) -> bool:
   return rl_cfg.kl_coef > 0
 
 
-def optimizer_args(rl_cfg, rl_steps: int) -> dict[str, int]:
-  """`make_optimizer` keywords for a run of `rl_steps` update-step calls: the responses per
-  optimizer update (B / minibatches) and the number of optimizer updates
-  (rl_steps x epochs x minibatches)."""
-  return {"batch_size": rl_cfg.prompts_per_step * rl_cfg.group_size // rl_cfg.minibatches,
-          "total_steps": rl_steps * rl_cfg.epochs * rl_cfg.minibatches}
+def optimizer_args(rl_cfg, rl_steps: int, total_samples: Optional[int] = None) -> dict[str, int]:
+  """`make_optimizer` keywords for a run of `rl_steps` update-step calls.
+
+  Returns: batch_size, the responses per optimizer update (B / minibatches, the batch the LR rule
+  scales with); total_steps, the optimizer updates (rl_steps x epochs x minibatches);
+  updates_per_step (epochs x minibatches); step_samples, B = P x G responses per RL step; and
+  budget_samples, the run's budget in responses (train.total_samples when given, else
+  rl_steps x B), the default decay horizon of optim.schedule_unit "samples"."""
+  step_samples = rl_cfg.prompts_per_step * rl_cfg.group_size
+  updates_per_step = rl_cfg.epochs * rl_cfg.minibatches
+  return {"batch_size": step_samples // rl_cfg.minibatches,
+          "total_steps": rl_steps * updates_per_step,
+          "updates_per_step": updates_per_step, "step_samples": step_samples,
+          "budget_samples": rl_steps * step_samples if total_samples is None else total_samples}
 
 
 def check_batch(batch, rl_cfg, num_devices: Optional[int] = None) -> None:
@@ -192,13 +242,15 @@ def _own_mean_scale(mode: str, counts: dict, part_counts: dict) -> jax.Array:
 
 
 def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, critic_optimizer,
-                      policy_loss):
+                      policy_loss, measure_noise_scale=False):
   """One optimizer update on one (per-device part of a) minibatch; returns (state, metrics)."""
   local_rows = mb["response_mask"].shape[0]
-  microbatches = microbatch_count(rl.microbatches, local_rows, mb["tokens"].shape[1])
+  num_devices = jax.lax.axis_size(AXIS_NAME)
+  microbatches = microbatch_count(rl.microbatches, local_rows, mb["tokens"].shape[1],
+                                  group_size=rl.group_size,
+                                  measure_noise_scale=measure_noise_scale and num_devices == 1)
   local_counts = aggregation.aggregation_counts(mb["response_mask"])
   counts = jax.lax.psum(local_counts, AXIS_NAME)
-  num_devices = jax.lax.axis_size(AXIS_NAME)
   mode = rl.loss_agg_mode
   trainables = (state.params, state.critic_params)
   grad_fn = jax.grad(functools.partial(_microbatch_loss, model_config=model_config, rl=rl,
@@ -270,12 +322,14 @@ def _reduce_stats(stats: dict, counts: dict) -> dict:
 
 def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: ModelConfig, rl_cfg,
                 optimizer: optax.GradientTransformation,
-                critic_optimizer: Optional[optax.GradientTransformation] = None):
+                critic_optimizer: Optional[optax.GradientTransformation] = None,
+                measure_noise_scale: bool = False):
   """One RL step on one device's part of a rollout batch (call inside pmap, axis "batch").
 
   Runs rl.epochs passes; each pass (shuffling the device's rows when rl.minibatches > 1) makes
   rl.minibatches optimizer updates, each accumulating gradients over rl.microbatches slices by
-  `lax.scan` (rl.microbatches None: `microbatch_count` chooses from the minibatch's shape). Loss per token: policy loss (rl.policy_loss) + kl_coef * KL(logp, ref_logp) when
+  `lax.scan` (rl.microbatches None: `microbatch_count` chooses from the minibatch's shape, the
+  group size and `measure_noise_scale`, train.measure_noise_scale). Loss per token: policy loss (rl.policy_loss) + kl_coef * KL(logp, ref_logp) when
   rl.kl_mode == "loss" - entropy_coef * entropy (+ vf_coef * clipped value loss for the critic),
   aggregated by rl.loss_agg_mode over the global minibatch.
 
@@ -308,7 +362,8 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
   policy_loss = bind_policy_loss(rl.policy_loss, rl)
   minibatch_update = functools.partial(
       _minibatch_update, model_config=model_config, rl=rl, optimizer=optimizer,
-      critic_optimizer=critic_optimizer, policy_loss=policy_loss)
+      critic_optimizer=critic_optimizer, policy_loss=policy_loss,
+      measure_noise_scale=measure_noise_scale)
   local_batch = batch["tokens"].shape[0]
 
   def epoch(state, index):
@@ -343,7 +398,8 @@ def _num_local_devices(devices) -> int:
 
 def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientTransformation, *,
                    critic_optimizer: Optional[optax.GradientTransformation] = None,
-                   devices=None, cpu_compiler_options=CPU_UPDATE_OPTIONS) -> Callable:
+                   devices=None, cpu_compiler_options=CPU_UPDATE_OPTIONS,
+                   measure_noise_scale: bool = False) -> Callable:
   """`update_step` pmapped with axis "batch" and the state donated, over `devices`, or by default
   over every device of every process (multi-host: each process feeds its local devices, and the
   psums span all processes, so the loss is over all processes' responses).
@@ -351,6 +407,8 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
   On CPU the step's executable is compiled with `cpu_compiler_options` (default: YNNPACK dot
   fusions, see `rlscale.train.compile_options`; {} or None for XLA's defaults), once per batch
   shape; the sampler and every other function keep XLA's defaults. Ignored on GPU/TPU.
+  `measure_noise_scale` (train.measure_noise_scale) makes an unset rl.microbatches give two or
+  more slices on one device where whole groups allow it (`microbatch_count`).
 
   Returns fn(state, batch, rng) -> (state, metrics): state replicated ([D, ...] leaves), batch
   with a leading device axis (`shard_batch`), rng one key or D keys (`replicate_key`); metrics
@@ -367,7 +425,8 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
   if uses_critic(rl) and critic_optimizer is None:
     critic_optimizer = optimizer
   step = functools.partial(update_step, model_config=model_config, rl_cfg=rl, optimizer=optimizer,
-                           critic_optimizer=critic_optimizer)
+                           critic_optimizer=critic_optimizer,
+                           measure_noise_scale=measure_noise_scale)
   raw = jax.pmap(step, axis_name=AXIS_NAME, donate_argnums=(0,), devices=devices)
   pmapped = with_cpu_compiler_options(raw, cpu_compiler_options, devices)
 

@@ -217,8 +217,22 @@ def test_invalid_config_is_rejected_when_building():
 
 
 def test_optimizer_args():
-  rl = problem.rl_config("grpo", epochs=2, minibatches=4)
-  assert update_lib.optimizer_args(rl, rl_steps=10) == {"batch_size": 4, "total_steps": 80}
+  rl = problem.rl_config("grpo", epochs=2, minibatches=4)  # B = 4 x 4 = 16 responses per step
+  assert update_lib.optimizer_args(rl, rl_steps=10) == {
+      "batch_size": 4, "total_steps": 80, "updates_per_step": 8, "step_samples": 16,
+      "budget_samples": 160}
+  assert update_lib.optimizer_args(rl, rl_steps=10, total_samples=150)["budget_samples"] == 150
+
+
+def test_ppo_epochs_and_minibatches_follow_the_sample_schedule():
+  # PPO, 2 epochs x 2 minibatches, B = 16 per step over a budget of 4 x 16 = 64 responses; linear
+  # warmup over 32 responses then linear decay to 0 at 64: step 1 (s = 16) lr 1e-3 x 16 / 32,
+  # step 2 (s = 32) the peak, step 3 (s = 48) 1e-3 x (1 - 16 / 32).
+  rl = problem.rl_config("ppo", epochs=2, minibatches=2)
+  optim = problem.optim_config(schedule="linear", schedule_unit="samples", warmup_samples=32)
+  run = problem.run_updates(rl, steps=3, optim=optim)
+  np.testing.assert_allclose([m["learning_rate"][0] for m in run.metrics], [5e-4, 1e-3, 5e-4],
+                             rtol=1e-6)
 
 
 def test_shard_batch_and_replicate_helpers():
@@ -247,12 +261,62 @@ def test_microbatch_count_by_hand(setting, rows, width, platform, expected):
   assert update_lib.microbatch_count(setting, rows, width, platform) == expected
 
 
+@pytest.mark.parametrize("setting, rows, width, platform, group, flag, expected", [
+    (None, 256, 16, "cpu", 8, False, 4),  # the main job: 64-row slices hold 8 whole groups
+    # 96 rows of 32 tokens in groups of 12: 3 slices of 32 rows (1,024 tokens) would cut a group;
+    # slices of whole groups are 96, 48, 24, 12 rows; the most with >= 1,024 tokens: 2 x 48.
+    (None, 96, 32, "cpu", 12, False, 2),
+    (None, 96, 32, "cpu", None, False, 3),  # without a group size: any divisor (3 x 32 rows)
+    # 40 rows of 64 tokens in groups of 8: 2 x 20 rows (1,280 tokens each) would cut groups; the
+    # whole-group splits are 1 x 40 and 5 x 8 rows (512 tokens < 1,024): one slice.
+    (None, 40, 64, "cpu", 8, False, 1),
+    # 40 rows are no multiple of 16 (groups already cut, e.g. shuffled minibatches): any divisor.
+    (None, 40, 64, "cpu", 16, False, 2),
+    (None, 16, 20, "cpu", 4, True, 2),   # the noise scale: 2 slices of 8 rows (2 groups of 4)
+    (None, 256, 16, "gpu", 8, True, 2),  # ... on GPU too: 2 x 128 rows
+    (None, 256, 16, "cpu", 8, True, 4),  # ... already >= 2: the speed choice stays
+    (None, 8, 20, "cpu", 8, True, 1),    # one group: no split keeps it whole (a warning says so)
+    (None, 12, 20, "gpu", 4, True, 3),   # splits 12, 4 rows (groups of 4): 3 x 4, the smallest >= 2
+    (1, 256, 16, "gpu", 8, True, 1),     # an explicit count is kept
+])
+def test_microbatch_count_keeps_groups_and_gives_the_noise_scale_two_slices(
+    setting, rows, width, platform, group, flag, expected):
+  assert update_lib.microbatch_count(setting, rows, width, platform, group_size=group,
+                                     measure_noise_scale=flag) == expected
+
+
+def test_noise_scale_split_warning():
+  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=2, group=8), 1) is None
+  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=1, group=8), 2) is None
+  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=1, group=8), 1) == (
+      "warning: train.measure_noise_scale: the gradient noise scale cannot be measured at this "
+      "batch on one device: its 8 rows per minibatch do not split into 2 or more slices of whole "
+      "groups of rl.group_size=8")
+  explicit = problem.rl_config("grpo", prompts=4, group=8, microbatches=1)
+  assert update_lib.noise_scale_split_warning(explicit, 1).endswith(
+      "rl.microbatches=1 gives one slice (unset it, or set it >= 2)")
+
+
+def test_measure_noise_scale_splits_the_update_in_two(grpo_runs):
+  # 16 rows of 11 tokens (P 4 x G 4) on a CPU: one slice by speed; with the flag 2 x 8 rows, and
+  # the update is the same (accumulation is exact).
+  rl = problem.rl_config("grpo", microbatches=None, kl_coef=0.1)
+  _, state, batch = problem.setup(rl)
+  fn = update_lib.make_update_fn(problem.MODEL, rl, problem.make_optimizer(rl),
+                                 measure_noise_scale=True)
+  state, metrics = fn(state, batch, jax.random.key(100))
+  assert (metrics["gns_batch_small"][0], metrics["gns_batch_big"][0]) == (8, 16)
+  assert grpo_runs[1].metrics[0]["gns_batch_small"][0] == 16  # 1 slice: small = big
+  np.testing.assert_allclose(metrics["loss"], grpo_runs[1].metrics[0]["loss"], rtol=1e-5)
+
+
 def test_unset_microbatches_choose_slices_with_the_same_update(grpo_runs, monkeypatch):
-  # With slices of >= 2 rows' tokens the 16-row problem is split in 8: same update as 1 slice.
+  # With slices of >= 2 rows' tokens the 16-row problem (groups of G = 4) is split in 4 slices
+  # of one group (8 slices of 2 rows would cut groups): same update as 1 slice.
   monkeypatch.setattr(update_lib, "CPU_MICROBATCH_TOKENS",
                       2 * (problem.PROMPT_LEN + problem.RESPONSE_LEN))
   if jax.default_backend() != "cpu":
     pytest.skip("the CPU rule")
   auto = problem.run_updates(problem.rl_config("grpo", microbatches=None, kl_coef=0.1))
-  assert auto.metrics[0]["gns_batch_small"][0] == 2  # 8 slices of 2 rows
+  assert auto.metrics[0]["gns_batch_small"][0] == 4  # 4 slices of 4 rows
   assert _max_diff(grpo_runs[1].params, auto.params) < 1e-6
