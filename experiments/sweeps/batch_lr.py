@@ -1,19 +1,38 @@
-"""The batch-size study on the main job's task: batch x LR rule x LR grid x seeds, GRPO.
+"""The batch-size study on the main job's task (GRPO, chain_sum), designed for power (issue 19).
 
-Runs (every run consumes the same number of responses and evaluates at the same counts):
-- P in {8, 16, 32, 64} prompts per step at G = 8: B = 64 .. 512 responses (8x);
-- LR rules `none` and `sqrt` relative to the main job's B0 = 256 (lr0 = 1e-4); at B0 they coincide
-  and run once;
-- an LR grid x0.5 and x2 around the sqrt rule at the smallest and largest batch ("retuned" = the
-  best LR found there; sqrt x2 at B = 64 is `none` and runs once);
-- seeds 0 and 1 (each seed its own warm start, shared by all its runs).
-20 runs; rl.microbatches = 2 so the report can estimate the gradient noise scale on one device.
+Design, pre-registered here before the runs beyond the pilot:
+- Batches: P in {8, 32, 128} prompts per step at G = 8, so B = 64, 256, 1024 responses (16x, a
+  geometric ladder with factor 4); B0 = 256 is the reference batch of the LR rules.
+- Learning rates: at every batch the sqrt rule's value lr0 sqrt(B / B0) times {1/4, 1/2, 1, 2, 4}
+  (a factor-2 grid, so `none` = lr0 is on it at both ends: x2 at B = 64, x1/2 at B = 1024), plus
+  the Adam-adjusted sqrt rule (`sqrt_adam`: betas 1 - k (1 - beta), eps / sqrt(k)) at B = 64 and
+  1024. The tuned group of the report is the best LR of each batch's grid (bracketed when it is
+  not at an edge), read leave-one-seed-out.
+- Seeds: one warm start (sft.seed = 0) shared by every RL seed (common random numbers: runs with
+  one seed index share the warm start and the prompt stream); SEEDS from the power calculation
+  below; a second warm start (sft.seed = 1) at B0 and both extremes under sqrt, ROBUSTNESS_SEEDS.
+- Budget 65,536 responses, the LR schedule (cosine to 0, no warmup) in responses consumed
+  (optim.schedule_unit = "samples"), so every batch has the same LR at the same sample count;
+  evaluation every 4,096 responses on the whole held-out set (406 questions: every held-out
+  chain_sum question of three one-digit terms).
+- Target (get_target): TARGET_METRIC >= TARGET_VALUE, fixed after the pilot (below).
+- Noise scale: train.measure_noise_scale, so the automatic microbatch split gives two slices of
+  whole groups at every batch.
+- Validation: the decisions' runs again, one at a time, alone on the machine
+  (`--validate`, below).
 
-Commands (the study, then its throughput profile alone on the machine, then the report):
+Pilot (`:pilot`, 20 runs of the study itself: PILOT_SEEDS on the first warm start under `none`
+and `sqrt` at every batch): see PILOT below for what it measured and the power calculation.
+
+  python -m rlscale.sweep --config=experiments/sweeps/batch_lr.py:pilot --workdir=runs/batch_lr --parallel=2
+  python -m rlscale.report runs/batch_lr --target=0.6 --allow_weak_target --out=runs/batch_lr/pilot_report
+
+Commands (the study, its validation alone, its throughput profile alone, the report):
 
   python -m rlscale.sweep --config=experiments/sweeps/batch_lr.py --workdir=runs/batch_lr --parallel=2
+  python -m rlscale.sweep --config=experiments/sweeps/batch_lr.py --workdir=runs/batch_lr --validate
   python -m rlscale.throughput --config=experiments/sweeps/batch_lr.py \
-      --prompts_per_step=8,16,32,64 --out=runs/batch_lr/throughput \
+      --prompts_per_step=8,32,128 --out=runs/batch_lr/throughput \
       --config.sft.cache_dir=runs/batch_lr/sft
   python -m rlscale.report runs/batch_lr
 
@@ -24,23 +43,28 @@ Smoke version (seconds): `--config=experiments/sweeps/batch_lr.py:smoke`. List t
 import os
 
 from rlscale.runner.config_files import load_config_file
-from rlscale.scaling.hyper import batch_lr_grid
+from rlscale.scaling.hyper import batch_lr_grid, fixed, product, sweep
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
-LR0 = 1e-4  # the main job's learning rate at B0 = 256
+PROMPTS_PER_STEP = (8, 32, 128)  # B = 64, 256, 1024 at G = 8
+REFERENCE_BATCH = 256
+LR0 = 5e-5  # lr at B0; the previous study's best LRs were half the sqrt rule's around 1e-4
+LR_MULTIPLIERS = (0.25, 0.5, 2.0, 4.0)  # around the sqrt rule's value at every batch
+PILOT_SEEDS = (0, 1, 2, 3)
+SEEDS = PILOT_SEEDS  # extended by the power calculation (PILOT)
+ROBUSTNESS_SEEDS = (0, 1, 2)  # on the second warm start
+TOTAL_SAMPLES = 65536
+EVAL_EVERY_SAMPLES = 4096
+HELD_OUT_QUESTIONS = 406  # tests/experiments/test_sweep_files.py checks it is the whole set
+TARGET_METRIC = "eval/greedy_accuracy"
+TARGET_VALUE = None  # fixed after the pilot (PILOT)
+PILOT = """not run yet"""
 SMOKE_LR0 = 3e-3  # large, so a few smoke steps move the held-out curves
-# Budget in responses and evaluation interval (all runs): 64 steps at B = 512, 512 at B = 64,
-# 16 evaluations; a quarter of the main job's 128k responses (enough for ~+12 points here). The
-# committed study (experiments/results/batch_lr/) ran exactly this: 20 runs with --parallel=2 in
-# 10 min 17 s on a 2-core CPU, both warm starts included. A budget of 65,536 would give longer
-# curves at twice the cost.
-TOTAL_SAMPLES = 32768
-EVAL_EVERY_SAMPLES = 2048
 
 
-def check_arg(arg):
-  if arg not in (None, "smoke"):
-    raise ValueError(f"sweep argument {arg!r} is not one of [None, 'smoke']")
+def check_arg(arg, allowed=(None, "smoke")):
+  if arg not in allowed:
+    raise ValueError(f"sweep argument {arg!r} is not one of {list(allowed)}")
 
 
 def set_budget(config, total_samples, eval_every_samples):
@@ -75,14 +99,20 @@ def shrink_for_smoke(config):
   return config
 
 
+ARGS = (None, "smoke", "pilot")
+
+
 def get_config(arg=None):
-  """Base run config of the sweep (the main job with a sample budget and GNS microbatches)."""
-  check_arg(arg)
+  """Base run config of the sweep: the main job with the design above (the pilot's too)."""
+  check_arg(arg, ARGS)
   config = load_config_file(os.path.join(CONFIGS, "default.py"))
   config.optim.learning_rate = LR0
-  config.optim.reference_batch = 256
+  config.optim.reference_batch = REFERENCE_BATCH
+  config.optim.schedule_unit = "samples"  # warmup and decay in responses consumed
   config.rl.group_size = 8
-  config.rl.microbatches = 2  # the small batch of the noise-scale estimate on one device
+  config.sft.seed = 0  # one warm start shared by every RL seed
+  config.train.measure_noise_scale = True
+  config.task.eval_size = HELD_OUT_QUESTIONS
   set_budget(config, TOTAL_SAMPLES, EVAL_EVERY_SAMPLES)
   config.train.checkpoint_every = 100
   if arg == "smoke":
@@ -90,11 +120,45 @@ def get_config(arg=None):
   return config
 
 
+def get_target(arg=None):
+  """The pre-registered target (rlscale.scaling.target): metric and value."""
+  check_arg(arg, ARGS)
+  if arg == "smoke":
+    return {"metric": TARGET_METRIC, "value": 0.2}
+  if arg == "pilot" or TARGET_VALUE is None:
+    return None  # the pilot fixes it
+  return {"metric": TARGET_METRIC, "value": TARGET_VALUE}
+
+
+def study_runs(seeds, sft_seed=0):
+  """Every batch x (none, sqrt, sqrt_adam, the sqrt grid) for `seeds` on warm start `sft_seed`
+  (sqrt_adam only at the extremes, where it differs from sqrt)."""
+  runs = batch_lr_grid(prompts_per_step=PROMPTS_PER_STEP, seeds=seeds, learning_rate=LR0,
+                       rules=("none", "sqrt"), grid_prompts=PROMPTS_PER_STEP,
+                       grid_multipliers=LR_MULTIPLIERS)
+  extremes = (PROMPTS_PER_STEP[0], PROMPTS_PER_STEP[-1])
+  runs += product(sweep("seed", seeds), sweep("rl.prompts_per_step", extremes),
+                  fixed("optim.lr_scaling", "sqrt_adam"))
+  if sft_seed:
+    runs = [{"sft.seed": sft_seed, **r} for r in runs]
+  return runs
+
+
+def robustness_runs():
+  """The second warm start (sft.seed = 1): sqrt at B0 and both extremes, ROBUSTNESS_SEEDS."""
+  return [{"sft.seed": 1, **r} for r in product(
+      sweep("seed", ROBUSTNESS_SEEDS), sweep("rl.prompts_per_step", PROMPTS_PER_STEP),
+      fixed("optim.lr_scaling", "sqrt"))]
+
+
 def get_sweep(arg=None):
-  """The runs as flat override dicts (duplicates with equal effective settings run once)."""
-  check_arg(arg)
+  """The runs as flat override dicts (duplicates with equal effective settings run once); the
+  pilot's are the study's runs under `none` and `sqrt` for PILOT_SEEDS."""
+  check_arg(arg, ARGS)
+  if arg == "pilot":
+    return [r for r in study_runs(PILOT_SEEDS) if r["optim.lr_scaling"] in ("none", "sqrt")
+            and "optim.learning_rate" not in r]
   if arg == "smoke":
     return batch_lr_grid(prompts_per_step=(2, 4), seeds=(0, 1), learning_rate=SMOKE_LR0,
                          grid_prompts=(4,), grid_multipliers=(2.0,))
-  return batch_lr_grid(prompts_per_step=(8, 16, 32, 64), seeds=(0, 1), learning_rate=LR0,
-                       grid_prompts=(8, 64), grid_multipliers=(0.5, 2.0))
+  return study_runs(SEEDS) + robustness_runs()

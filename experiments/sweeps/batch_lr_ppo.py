@@ -1,6 +1,6 @@
 """The batch-size study with PPO (critic, GAE, two epochs of two minibatches) on the main job's task.
 
-Same grid as batch_lr.py: B = 64 .. 512 responses per step (G = 1, so P = B prompts), LR rules
+The grid of the GRPO study before its redesign (batch_lr.py's history): B = 64 .. 512 responses per step (G = 1, so P = B prompts), LR rules
 `none` and `sqrt`, LR x0.5 / x2 around sqrt at the smallest and largest batch, seeds 0 and 1. The
 critic's learning rate is the policy's (optim.critic_learning_rate = None) and is scaled by the
 same rule. PPO makes rl.minibatches = 2 optimizer updates per pass, so the LR rule scales with the
@@ -26,18 +26,23 @@ from rlscale.scaling.sweep import load_sweep_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GRPO = load_sweep_module(os.path.join(HERE, "batch_lr.py"))
+# The committed PPO study's design (the GRPO study's before it was redesigned for power):
+LR0 = 1e-4
+TOTAL_SAMPLES = 32768
+EVAL_EVERY_SAMPLES = 2048
 
 
 def get_config(arg=None):
-  """The PPO config (experiments/configs/ppo.py) with batch_lr.py's budget and GNS settings."""
+  """The PPO config (experiments/configs/ppo.py) with the committed study's budget and GNS
+  settings (two microbatches)."""
   GRPO.check_arg(arg)
   config = load_config_file(os.path.join(GRPO.CONFIGS, "ppo.py"))
-  config.optim.learning_rate = GRPO.LR0
+  config.optim.learning_rate = LR0
   config.optim.critic_learning_rate = None  # = the policy's, scaled by the same rule
   config.optim.reference_batch = 128  # minibatch of B0 = 256 (two minibatches)
   config.rl.group_size = 1
   config.rl.microbatches = 2
-  GRPO.set_budget(config, GRPO.TOTAL_SAMPLES, GRPO.EVAL_EVERY_SAMPLES)
+  GRPO.set_budget(config, TOTAL_SAMPLES, EVAL_EVERY_SAMPLES)
   config.train.checkpoint_every = 100
   if arg == "smoke":
     GRPO.shrink_for_smoke(config)
@@ -53,4 +58,4 @@ def get_sweep(arg=None):
   if arg == "smoke":
     return batch_lr_grid(prompts_per_step=(4, 8), seeds=(0, 1), learning_rate=GRPO.SMOKE_LR0)
   return batch_lr_grid(prompts_per_step=(64, 128, 256, 512), seeds=(0, 1),
-                       learning_rate=GRPO.LR0, grid_prompts=(64, 512), grid_multipliers=(0.5, 2.0))
+                       learning_rate=LR0, grid_prompts=(64, 512), grid_multipliers=(0.5, 2.0))

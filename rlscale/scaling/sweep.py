@@ -224,7 +224,8 @@ def prepare_warm_starts(runs: Sequence[Run], workdir: str, log: Callable[[str], 
     if signature in seen or run.config.model.source == "hf" or run.config.sft.steps == 0:
       continue
     seen.add(signature)
-    log(f"sweep: warm start for {run.name} (shared by every run with its model, task, seed)")
+    log(f"sweep: warm start for {run.name} (shared by every run with its model, task and "
+        "warm-start seed, sft.seed)")
     try:
       builders.build_run(run.config, os.path.join(workdir, SFT_DIR), log=log)
     except Exception as e:  # pylint: disable=broad-except

@@ -24,18 +24,14 @@ def _plan(arg, tmp_path):
 
 def test_batch_lr_plan_merges_runs_with_equal_learning_rates(tmp_path):
   runs = _plan(None, tmp_path)
-  # Per seed: 4 batches x 2 rules, minus none == sqrt at B0 = 256, plus sqrt x0.5 and x2 at
-  # B = 64 and 512, minus sqrt x2 at 64 (= none there): 7 + 3 = 10.
-  assert len(runs) == 20
   names = {r.name: r for r in runs}
+  # At the reference batch every rule gives lr0; at B = 64 none's lr0 is the sqrt grid's x2.
   assert names["seed=0,prompts_per_step=32,lr_scaling=none"].aliases == [
       "seed=0,prompts_per_step=32,lr_scaling=sqrt"]
   assert names["seed=0,prompts_per_step=8,lr_scaling=none"].aliases == [
-      "seed=0,prompts_per_step=8,lr_scaling=sqrt,learning_rate=0.0002"]
-  cache = {r.config.sft.cache_dir for r in runs}
-  assert cache == {os.path.abspath(os.path.join(tmp_path, "sft"))}
-  assert {sweep.budget_samples(r.config) for r in runs} == {32768}
-  assert {r.config.rl.microbatches for r in runs} == {2}
+      "seed=0,prompts_per_step=8,lr_scaling=sqrt,learning_rate=0.0001"]
+  # sqrt_adam equals sqrt only at k = 1, where the sweep does not ask for it.
+  assert "seed=0,prompts_per_step=8,lr_scaling=sqrt_adam" in names
 
 
 def test_run_command_reproduces_the_run(tmp_path):

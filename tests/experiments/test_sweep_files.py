@@ -1,0 +1,53 @@
+"""The batch-size study's sweep file: the pre-registered design as planned runs."""
+
+import os
+
+import pytest
+
+from rlscale.scaling import sweep
+from rlscale.tasks.factory import make_task
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+BATCH_LR = os.path.join(ROOT, "experiments", "sweeps", "batch_lr.py")
+MODULE = sweep.load_sweep_module(BATCH_LR)
+
+
+def _effective_lrs(runs, seed, prompts):
+  from rlscale.train.optimizer import scaled_learning_rate
+  return sorted(round(scaled_learning_rate(r.config.optim, prompts * 8), 12) for r in runs
+                if (r.config.sft.seed, r.config.seed, r.config.rl.prompts_per_step) == (0, seed, prompts)
+                and r.config.optim.lr_scaling != "sqrt_adam")
+
+
+def test_design_spans_16x_with_a_factor_2_grid_containing_none_and_sqrt(tmp_path):
+  _, runs, _ = sweep.plan_sweep(BATCH_LR, str(tmp_path))
+  batches = sorted({r.config.rl.prompts_per_step * r.config.rl.group_size for r in runs})
+  assert batches == [64, 256, 1024]
+  lr0 = MODULE.LR0
+  # At B = 64 the sqrt value is lr0 / 2 and none's lr0 is x2 on its grid; at 1024 sqrt = 2 lr0.
+  assert _effective_lrs(runs, 0, 8) == pytest.approx([lr0 / 8, lr0 / 4, lr0 / 2, lr0, 2 * lr0])
+  assert _effective_lrs(runs, 0, 32) == pytest.approx([lr0 / 4, lr0 / 2, lr0, 2 * lr0, 4 * lr0])
+  assert _effective_lrs(runs, 0, 128) == pytest.approx([lr0 / 2, lr0, 2 * lr0, 4 * lr0, 8 * lr0])
+  # Per RL seed on the shared warm start: 15 grid points + sqrt_adam at both extremes.
+  for seed in MODULE.SEEDS:
+    assert sum((r.config.sft.seed, r.config.seed) == (0, seed) for r in runs) == 17
+  assert {r.config.sft.cache_dir for r in runs} == {os.path.abspath(os.path.join(tmp_path, "sft"))}
+  assert {sweep.budget_samples(r.config) for r in runs} == {MODULE.TOTAL_SAMPLES}
+  assert {r.config.optim.schedule_unit for r in runs} == {"samples"}
+  assert all(r.config.train.measure_noise_scale for r in runs)
+  # Two warm starts in all (the robustness check on the second).
+  assert {sweep.warm_start_signature(r.config) for r in runs}.__len__() == 2
+
+
+def test_pilot_runs_are_runs_of_the_study(tmp_path):
+  _, study, _ = sweep.plan_sweep(BATCH_LR, str(tmp_path))
+  _, pilot, _ = sweep.plan_sweep(BATCH_LR, str(tmp_path), arg="pilot")
+  assert len(pilot) == 20 and {r.name for r in pilot} <= {r.name for r in study}
+
+
+def test_evaluation_is_the_whole_held_out_set():
+  config = MODULE.get_config()
+  task = make_task(config.task, seed=0)
+  assert len(task.eval_examples(MODULE.HELD_OUT_QUESTIONS)) == MODULE.HELD_OUT_QUESTIONS
+  with pytest.raises(ValueError, match=f"only {MODULE.HELD_OUT_QUESTIONS} distinct held-out"):
+    task.eval_examples(MODULE.HELD_OUT_QUESTIONS + 1)
