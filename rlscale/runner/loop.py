@@ -66,6 +66,10 @@ WARM_START_FILE = "warm_start_seconds.json"  # written once by the first segment
 RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_every",
                     "train.eval_every_samples", "train.checkpoint_every",
                     "train.keep_checkpoints", "sft.cache_dir", "distributed")
+# Fields added after runs were checkpointed, with the value their absence meant: a config.json
+# written before a field existed resumes while the field keeps that value.
+ADDED_FIELD_DEFAULTS = {"optim.schedule_unit": "steps", "optim.warmup_samples": 0,
+                        "train.measure_noise_scale": False}
 # DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
 MAX_SAMPLING_ROUNDS = 4
 
@@ -74,13 +78,14 @@ def check_resume_config(workdir: str, config) -> None:
   """Refuses to resume a checkpointed run with a different config.
 
   Raises ValueError naming the changed fields unless only RESUMABLE_FIELDS differ from the
-  workdir's config.json (written by the run that made the checkpoints)."""
+  workdir's config.json (written by the run that made the checkpoints; a field it lacks counts
+  as ADDED_FIELD_DEFAULTS gives)."""
   path = os.path.join(workdir, CONFIG_FILE)
   checkpoints = os.path.join(workdir, CHECKPOINTS_DIR)
   if not (os.path.exists(path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
     return
   with open(path, encoding="utf-8") as f:
-    saved = flatten_config(json.load(f)["config"])
+    saved = {**ADDED_FIELD_DEFAULTS, **flatten_config(json.load(f)["config"])}
   current = flatten_config(json.loads(json.dumps(config.to_dict(), default=str)))
   changed = sorted(k for k in set(saved) | set(current)
                    if saved.get(k) != current.get(k) and k not in RESUMABLE_FIELDS)

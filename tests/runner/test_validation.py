@@ -19,6 +19,13 @@ def _build(tmp_path, **overrides):
     ({"optim__learning_rate": 0.0}, "optim.learning_rate"),
     ({"optim__learning_rate": -1e-4}, "optim.learning_rate"),
     ({"optim__schedule": "exp"}, "optim.schedule"),
+    ({"optim__schedule_unit": "epochs"}, "optim.schedule_unit='epochs' is not one of"),
+    # tiny budget: 4 steps x B = 4 responses = 16
+    ({"optim__schedule_unit": "samples", "optim__warmup_samples": 32},
+     "optim.warmup_samples=32 must be <= the decay horizon optim.decay_samples=16"),
+    ({"optim__lr_scaling": "sqrt_adam", "optim__reference_batch": 0}, "optim.reference_batch"),
+    ({"sft__seed": True}, "sft.seed"),
+    ({"train__measure_noise_scale": None}, "train.measure_noise_scale"),
     ({"model__source": "web"}, "model.source"),
     ({"model__source": "hf"}, "model.checkpoint_path"),
     ({"task__source": "nope"}, "task.source"),
