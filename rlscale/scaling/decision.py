@@ -116,3 +116,19 @@ def time_ratio_interval(samples_ci: Sequence[float] | None, throughput_ratio: fl
     return None
   q_low, q_high = throughput_ci if throughput_ci else (throughput_ratio, throughput_ratio)
   return float(samples_ci[0] / q_high), float(samples_ci[1] / q_low)
+
+
+def seeds_needed(sd: float, half_width: float, *, level: float = LEVEL, max_seeds: int = 1000) -> int:
+  """Smallest n >= MIN_SEEDS with t_{n-1, (1+level)/2} sd / sqrt(n) <= half_width: the seeds a
+  paired t interval needs for that half width, given the per-seed spread `sd` (e.g. of paired log
+  ratios measured in a pilot; half_width log(1.15) gives a ratio interval of about +-15%).
+
+  Returns max_seeds when even that many do not reach it. Raises ValueError for sd < 0 or
+  half_width <= 0."""
+  if sd < 0 or half_width <= 0:
+    raise ValueError(f"seeds_needed needs sd >= 0 and half_width > 0, got {sd}, {half_width}")
+  _check_level(level)
+  for n in range(MIN_SEEDS, max_seeds + 1):
+    if stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) <= half_width:
+      return n
+  return max_seeds

@@ -420,8 +420,33 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str | N
       "gns": gns,
       "response_tokens": _response_tokens(run_rows),
   }
+  report["power"] = _power(groups, decisions)
   report["claims"] = claims(report)
   return report
+
+
+POWER_HALF_WIDTH = math.log(1.15)  # a paired N* ratio known to about +-15%
+
+
+def _power(groups, decisions) -> list[dict]:
+  """Per decision with >= 2 paired, uncensored seeds: the spread (sd) of the paired log N* ratios
+  and the seeds a 95% t interval needs for a half width of log(1.15), about +-15% on the ratio
+  (decision.seeds_needed): the study's power calculation, repeated from its own runs."""
+  out = []
+  for d in decisions:
+    base = {_key(r): r for r in groups[(d["lr_rule"], d["base"])]}
+    cand = {_key(r): r for r in groups[(d["lr_rule"], d["candidate"])]}
+    logs = [math.log(cand[k]["samples_lower_bound"] / base[k]["samples_lower_bound"])
+            for k in sorted(set(base) & set(cand))
+            if not cand[k]["censored"] and not base[k]["censored"]
+            and cand[k]["samples_lower_bound"] > 0 and base[k]["samples_lower_bound"] > 0]
+    if len(logs) < 2:
+      continue
+    sd = float(np.std(logs, ddof=1))
+    out.append({"lr_rule": d["lr_rule"], "base": d["base"], "candidate": d["candidate"],
+                "n": len(logs), "sd_log_ratio": sd,
+                "seeds_for_15_percent": decision_lib.seeds_needed(sd, POWER_HALF_WIDTH)})
+  return out
 
 
 def _response_tokens(run_rows) -> dict:

@@ -172,6 +172,13 @@ def _decisions(report) -> list[str]:
                  f"{_fmt(d['throughput_ratio'])} | {_fmt(d['samples_ratio'])} "
                  f"{_ci(d['samples_ratio_ci'])} | {_fmt(d['predicted_time_ratio'])} "
                  f"{_ci(d['time_ratio_ci'])} | **{d['verdict']}** | {d.get('why') or ''} |")
+  if report.get("power"):
+    lines += ["", "## Power (from this study's own seeds)", "",
+              "| rule | base | candidate | paired seeds | sd of log N* ratio | seeds for a 95% "
+              "interval of +-15% |", "|---|---|---|---|---|---|"]
+    for p in report["power"]:
+      lines.append(f"| {p['lr_rule']} | {p['base']} | {p['candidate']} | {p['n']} | "
+                   f"{_fmt(p['sd_log_ratio'])} | {p['seeds_for_15_percent']} |")
   lines += ["", "## Validation (measured time ratio on runs executed alone)", "",
             "| rule | base | candidate | predicted T ratio | measured T ratio [95% CI] | predicted "
             "| measured | seeds | clocks |", "|---|---|---|---|---|---|---|---|---|"]

@@ -74,3 +74,13 @@ def test_errors_name_the_problem():
     decision.paired_log_ratio({0: 0.0}, {0: 1.0})
   with pytest.raises(ValueError, match="level"):
     decision.t_interval([1.0, 2.0, 3.0], level=1.5)
+
+
+def test_seeds_needed_for_a_half_width_by_hand():
+  # sd 0.2 of log ratios, +-15% wanted (log 1.15 = 0.1398): n = 9 gives t(0.975, 8) = 2.306,
+  # 2.306 x 0.2 / 3 = 0.1537 > 0.1398; n = 10: 2.262 x 0.2 / sqrt(10) = 0.1431 > 0.1398;
+  # n = 11: 2.228 x 0.2 / sqrt(11) = 0.1344 <= 0.1398.
+  assert decision.seeds_needed(0.2, math.log(1.15)) == 11
+  assert decision.seeds_needed(0.0, 0.1) == 3  # never below the interval's minimum
+  with pytest.raises(ValueError, match="half_width"):
+    decision.seeds_needed(0.1, 0.0)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from rlscale.scaling import decision
 from rlscale.scaling import figures
 from rlscale.scaling import report as report_lib
 from rlscale.scaling import report_writer
@@ -398,6 +399,11 @@ def test_three_seeds_give_paired_intervals_and_verdicts(tmp_path):
   # Time ratio = N* ratio / 2: interval [0.079, 0.546] / 2 lies below 1 -> faster.
   assert d["time_ratio_ci"] == pytest.approx([math.exp(mean - half) / 2, math.exp(mean + half) / 2])
   assert d["verdict"] == "faster" and d["why"] is None
+  # Power: sd of the paired log ratios ln2 x sd([1, 1, 2]) = ln2 / sqrt(3).
+  power = next(p for p in report["power"] if p["lr_rule"] == "none")
+  assert power["n"] == 3 and power["sd_log_ratio"] == pytest.approx(math.log(2) / math.sqrt(3))
+  assert power["seeds_for_15_percent"] == decision.seeds_needed(math.log(2) / math.sqrt(3),
+                                                                math.log(1.15))
   # Three RL seeds on one warm start: the floor is the mean gap over the 3 pairs of seeds at the
   # reference batch, 0-sample point left out, over evaluations at 16, 32, 48, 64:
   # seeds 0-1: 0, .1, .1, 0 -> 0.05; 0-2: 0, .1, .2, .1 -> 0.1; 1-2: 0, 0, .1, .1 -> 0.05.
