@@ -96,6 +96,10 @@ def get_config(arg=None):
   # rl.overlong_buffer_frac (the jitted twin), not both.
   config.task.overlong_max_len = ml_collections.config_dict.placeholder(int)
   config.task.overlong_cache_len = ml_collections.config_dict.placeholder(int)
+  # A task score that is NaN, infinite or None (a custom or native scorer's bug): "zero" (None
+  # means it too) scores it 0, counts it in reward/nonfinite_frac and warns once; "error" stops
+  # the run naming the row.
+  config.task.nonfinite_reward = placeholder(str)
   # Cache folder for source="local_math"'s prepared TFDS data, keyed by the file's content hash
   # (None = $XDG_CACHE_HOME/rlscale/tfds, i.e. ~/.cache/rlscale/tfds; shared by runs and sweeps).
   config.task.data_dir = ml_collections.config_dict.placeholder(str)

@@ -4,7 +4,8 @@ Fields read (all but `source` optional; see experiments/configs/default.py for c
   source, name, kwargs, scorer, data_path, data_dir, eval_size, default_eval_size, eval_seed,
   holdout_fraction,
   prompt_template, target_template, extract_order, rel_tol, percent, timeout_s,
-  max_response_chars, max_answer_chars, format_weight, overlong_max_len, overlong_cache_len.
+  max_response_chars, max_answer_chars, format_weight, overlong_max_len, overlong_cache_len,
+  nonfinite_reward.
 Sources are imported lazily: reasoning-gym and TFDS load only when chosen.
 """
 
@@ -21,10 +22,11 @@ SCORERS = ("verifier", "native")
 FIELDS = ("source", "name", "kwargs", "scorer", "data_path", "data_dir", "eval_size",
           "default_eval_size", "eval_seed", "holdout_fraction", "prompt_template", "target_template",
           "extract_order", "rel_tol", "percent", "timeout_s", "max_response_chars",
-          "max_answer_chars", "format_weight", "overlong_max_len", "overlong_cache_len")
+          "max_answer_chars", "format_weight", "overlong_max_len", "overlong_cache_len",
+          "nonfinite_reward")
 _VERIFIER_FIELDS = ("extract_order", "rel_tol", "percent", "timeout_s", "max_response_chars",
                     "max_answer_chars")
-_REWARD_FIELDS = ("format_weight", "overlong_max_len", "overlong_cache_len")
+_REWARD_FIELDS = ("format_weight", "overlong_max_len", "overlong_cache_len", "nonfinite_reward")
 
 
 def _plain(value: Any) -> Any:

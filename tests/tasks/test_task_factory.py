@@ -42,6 +42,8 @@ def test_fields_reach_the_verifier_and_rewards():
   assert task.verifier_config.extract_order == ("full",)
   assert (task.verifier_config.rel_tol, task.verifier_config.percent) == (0.01, True)
   assert (task.reward_config.overlong_max_len, task.reward_config.format_weight) == (8, 0.2)
+  task = make_task(dict(source="arithmetic", nonfinite_reward="error"), seed=0)
+  assert task.reward_config.nonfinite_reward == "error"
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -53,6 +55,8 @@ def test_fields_reach_the_verifier_and_rewards():
     (dict(source="arithmetic", rel_tol=-1), "task.rel_tol"),
     (dict(source="arithmetic", timeout_s=0), "task.timeout_s"),
     (dict(source="arithmetic", extract_order="last"), "task.extract_order"),
+    (dict(source="arithmetic", nonfinite_reward="nan"),
+     r"task.nonfinite_reward='nan'; allowed values: zero, error"),
     (dict(source="reasoning_gym"), "task.name must name a reasoning-gym generator"),
     (dict(source="reasoning_gym", name="basic_arithmetic",
           prompt_template="{metadata[nothing]}"), "needs 'nothing'"),
