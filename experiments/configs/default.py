@@ -114,6 +114,9 @@ def get_config(arg=None):
   config.rollout.temperature = 0.5
   config.rollout.top_k = 0
   config.rollout.top_p = 1.0
+  # Min-p in [0, 1]: keep tokens with probability >= min_p x the most likely one's, applied after
+  # top-k and top-p as transformers does (None or 0 = off).
+  config.rollout.min_p = placeholder(float)
   # Row chunks sampled concurrently from host threads (`Sampler(host_threads=...)`): on a CPU
   # backend one decode loop keeps about one core busy, so the core count gives 1.5-2x tokens/s on
   # long responses (benchmarks/sampler.py, 64 tokens); this job's 8-token responses gain nothing
@@ -235,8 +238,14 @@ def get_config(arg=None):
   config.train.checkpoint_every = 50
   config.train.keep_checkpoints = 2
   config.eval = ml_collections.ConfigDict()
-  # pass@k from k samples per held-out prompt at the rollout temperature.
+  # pass@k from k samples per held-out prompt, drawn with the rollout's sampling config.
   config.eval.pass_k = 4
+  # Sampling of the sampled held-out metrics (mean reward, sampled accuracy, pass@k): each field
+  # left None takes the rollout's (rollout.temperature, top_k, top_p, min_p); greedy accuracy
+  # always decodes greedily.
+  config.eval.sampling = ml_collections.ConfigDict(dict(
+      temperature=placeholder(float), top_k=placeholder(int), top_p=placeholder(float),
+      min_p=placeholder(float)))
 
   if arg not in (None, "smoke"):
     raise ValueError(f"config argument {arg!r} is not one of [None, 'smoke'] "
