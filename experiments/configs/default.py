@@ -79,6 +79,16 @@ def get_config(arg=None):
   config.task.eval_seed = 1234
   # Prompt template (str.format with {question} and {metadata[...]}); short for the char model.
   config.task.prompt_template = "{metadata[expression]} ="
+  # How the formatted prompt reaches the model (HF checkpoints; the built-in model has no chat
+  # template): "on" renders it as the user message of the checkpoint's own chat template
+  # (tokenizer_config.json or chat_template.jinja, with add_generation_prompt), "off" feeds the
+  # text as it is, None (auto) = on when the checkpoint ships a template. Either way a prompt
+  # gets exactly one BOS where the tokenizer files ask for one (Llama), none where not (Qwen).
+  config.task.chat_template = placeholder(str)
+  # System message before the prompt (needs a chat template); None = none.
+  config.task.system_prompt = placeholder(str)
+  # Keyword arguments of the chat template, e.g. enable_thinking=False for Qwen3.
+  config.task.chat_template_kwargs = ml_collections.ConfigDict()
   # SFT target template (str.format with {answer}): the response of a correct model.
   config.task.target_template = "{answer}"
   # Answer extractors tried in order, from: boxed, answer_tag, gsm8k, last_number, full.

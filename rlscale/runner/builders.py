@@ -330,7 +330,10 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   eval_examples = held_out_examples(config, task, log)
   t0 = time.perf_counter()
   tokenizer = tokenizers_lib.load_tokenizer(
-      config.model.checkpoint_path if config.model.source == "hf" else "char")
+      config.model.checkpoint_path if config.model.source == "hf" else "char",
+      chat_format=task.chat_format)
+  if config.model.source == "hf":
+    log(tokenizers_lib.describe_prompts(tokenizer))
   model_config, params, export_dtype = build_model(config, tokenizer, log)
   params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
