@@ -2,8 +2,9 @@
 
 Greedy accuracy decodes at temperature 0. The sampled metrics draw with the rollout's whole
 sampling config (temperature, top-k, top-p, min-p), unless `eval.sampling` overrides fields of it
-(`eval_sampling`), so pass@k measures the policy the run samples from (as verl's validation uses
-the rollout's sampling parameters unless `val_kwargs` set them).
+(`eval_sampling`), so pass@k measures the policy the run samples from (TRL's GRPOTrainer
+generates its evaluation completions with its training sampling parameters; `eval.sampling` is a
+separate set where wanted, as verl's `val_kwargs`).
 
 A response counts as correct when the verifier says so (`score_batch`'s verdict: full marks from the
 task scorer, before the format reward and overlong shaping); the mean reward is the shaped reward.

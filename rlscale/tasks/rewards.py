@@ -164,8 +164,8 @@ def _replace_nonfinite(task, scores: list, examples: Sequence[base.Example], mod
   if not flags.any():
     return flags
   row = int(np.flatnonzero(flags)[0])
-  where = (f"the scorer of {_task_label(task)} returned reward {scores[row].reward!r} for row "
-           f"{row} of the batch (prompt {examples[row].prompt[:80]!r}, reference "
+  where = (f"the scorer of {_task_label(task)} returned reward {repr(scores[row].reward)[:40]} "
+           f"for row {row} of the batch (prompt {examples[row].prompt[:80]!r}, reference "
            f"{examples[row].answer[:40]!r})")
   if mode == "error":
     raise NonFiniteRewardError(f"{where}; task.nonfinite_reward='error' stops the run (set it to "
@@ -176,7 +176,7 @@ def _replace_nonfinite(task, scores: list, examples: Sequence[base.Example], mod
                   "(task.nonfinite_reward='error' stops the run instead)",
                   NonFiniteRewardWarning, stacklevel=3)
   for b in np.flatnonzero(flags):
-    scores[b] = base.Score(0.0, f"non-finite reward {scores[b].reward!r} scored 0",
+    scores[b] = base.Score(0.0, f"non-finite reward {repr(scores[b].reward)[:40]} scored 0",
                            scores[b].extracted)
   return flags
 
