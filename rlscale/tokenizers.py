@@ -383,11 +383,12 @@ def prompt_prefix_of(tokenizer, add_bos_token: Optional[bool] = None,
   if tokenizer.post_processor is None:
     bos_id = None if bos_token is None else tokenizer.token_to_id(bos_token)
     return (bos_id,) if add_bos_token and bos_id is not None else ()
-  probe = "a"
-  plain = tokenizer.encode(probe, add_special_tokens=False).ids
-  full = tokenizer.encode(probe, add_special_tokens=True).ids
-  for start in range(len(full) - len(plain) + 1):
-    if plain and full[start:start + len(plain)] == plain:
+  for probe in ("a", "0", " "):  # a text the vocabulary encodes to at least one id
+    plain = tokenizer.encode(probe, add_special_tokens=False).ids
+    if plain:
+      full = tokenizer.encode(probe, add_special_tokens=True).ids
+      start = next((i for i in range(len(full) - len(plain) + 1)
+                    if full[i:i + len(plain)] == plain), 0)
       return tuple(full[:start])
   return ()
 
