@@ -80,6 +80,16 @@ def get_config(arg=None):
   config.task.eval_seed = 1234
   # Prompt template (str.format with {question} and {metadata[...]}); short for the char model.
   config.task.prompt_template = "{metadata[expression]} ="
+  # How the formatted prompt reaches the model (HF checkpoints; the built-in model has no chat
+  # template): "on" renders it as the user message of the checkpoint's own chat template
+  # (tokenizer_config.json or chat_template.jinja, with add_generation_prompt), "off" feeds the
+  # text as it is, None (auto) = on when the checkpoint ships a template. Either way a prompt
+  # gets exactly one BOS where the tokenizer files ask for one (Llama), none where not (Qwen).
+  config.task.chat_template = placeholder(str)
+  # System message before the prompt (needs a chat template); None = none.
+  config.task.system_prompt = placeholder(str)
+  # Keyword arguments of the chat template, e.g. enable_thinking=False for Qwen3.
+  config.task.chat_template_kwargs = ml_collections.ConfigDict()
   # SFT target template (str.format with {answer}): the response of a correct model.
   config.task.target_template = "{answer}"
   # Answer extractors tried in order, from: boxed, answer_tag, gsm8k, last_number, full.
@@ -97,6 +107,10 @@ def get_config(arg=None):
   # rl.overlong_buffer_frac (the jitted twin), not both.
   config.task.overlong_max_len = ml_collections.config_dict.placeholder(int)
   config.task.overlong_cache_len = ml_collections.config_dict.placeholder(int)
+  # A task score that is NaN, infinite or None (a custom or native scorer's bug): "zero" (None
+  # means it too) scores it 0, counts it in reward/nonfinite_frac and warns once; "error" stops
+  # the run naming the row.
+  config.task.nonfinite_reward = placeholder(str)
   # Cache folder for source="local_math"'s prepared TFDS data, keyed by the file's content hash
   # (None = $XDG_CACHE_HOME/rlscale/tfds, i.e. ~/.cache/rlscale/tfds; shared by runs and sweeps).
   config.task.data_dir = ml_collections.config_dict.placeholder(str)
@@ -111,6 +125,9 @@ def get_config(arg=None):
   config.rollout.temperature = 0.5
   config.rollout.top_k = 0
   config.rollout.top_p = 1.0
+  # Min-p in [0, 1]: keep tokens with probability >= min_p x the most likely one's, applied after
+  # top-k and top-p as transformers does (None or 0 = off).
+  config.rollout.min_p = placeholder(float)
   # Row chunks sampled concurrently from host threads (`Sampler(host_threads=...)`): on a CPU
   # backend one decode loop keeps about one core busy, so the core count gives 1.5-2x tokens/s on
   # long responses (benchmarks/sampler.py, 64 tokens); this job's 8-token responses gain nothing
@@ -253,8 +270,14 @@ def get_config(arg=None):
   config.train.measure_noise_scale = False
   config.train.keep_checkpoints = 2
   config.eval = ml_collections.ConfigDict()
-  # pass@k from k samples per held-out prompt at the rollout temperature.
+  # pass@k from k samples per held-out prompt, drawn with the rollout's sampling config.
   config.eval.pass_k = 4
+  # Sampling of the sampled held-out metrics (mean reward, sampled accuracy, pass@k): each field
+  # left None takes the rollout's (rollout.temperature, top_k, top_p, min_p); greedy accuracy
+  # always decodes greedily.
+  config.eval.sampling = ml_collections.ConfigDict(dict(
+      temperature=placeholder(float), top_k=placeholder(int), top_p=placeholder(float),
+      min_p=placeholder(float)))
 
   if arg not in (None, "smoke"):
     raise ValueError(f"config argument {arg!r} is not one of [None, 'smoke'] "

@@ -14,6 +14,8 @@ G = 2 samples, 32-token responses, 2 steps, up to 4 held-out prompts):
       --config.model.checkpoint_path=/path/to/Qwen3-0.6B \\
       --config.task.data_path=/path/to/gsm8k_train.jsonl
 
+Prompts are the user message of the checkpoint's own chat template (task.chat_template="on",
+Qwen3's thinking off); the run's log says how prompts are encoded, and policy/ keeps the template.
 Missing paths stop the run at once with a message naming the field.
 """
 
@@ -38,9 +40,16 @@ def get_config(arg=None):
   # Generator kwargs are for reasoning_gym sources only.
   config.task.kwargs = ml_collections.ConfigDict()
   config.task.data_path = ""
-  # The question is the source's {question} field (see rlscale.tasks.base.TaskSource).
+  # The question is the source's {question} field (see rlscale.tasks.base.TaskSource); it becomes
+  # the user message of the checkpoint's chat template, as TRL and verl build RL prompts for an
+  # instruct model (an error if the checkpoint ships no template: set "auto" or "off" for a base
+  # model).
   config.task.prompt_template = (
       "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.")
+  config.task.chat_template = "on"
+  # Qwen3's thinking switch: off, so the 512-token responses are spent on the worked answer, not
+  # on a <think> block (--config.task.chat_template_kwargs.enable_thinking=True turns it on).
+  config.task.chat_template_kwargs = ml_collections.ConfigDict(dict(enable_thinking=False))
   config.task.extract_order = "boxed,answer_tag,gsm8k,last_number"
   # Held-out prompts: None takes default_eval_size of the file's held-out rows, fewer with a
   # warning when the file holds fewer; a number set here or on the command line is required

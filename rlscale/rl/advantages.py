@@ -246,13 +246,19 @@ ADVANTAGE_ESTIMATORS.register("gae", AdvantageEstimator(None, needs_critic=True)
 
 
 def outcome_token_rewards(rewards: chex.Array, response_mask: chex.Array) -> chex.Array:
-  """Places each response's outcome reward on its last real token: [B], [B, Tr] -> [B, Tr] float32
-  (all zeros for a row with no real token)."""
+  """Places each response's outcome reward on its last real token, the last position whose mask is
+  1 (as verl's `token_level_rewards` and OpenRLHF put it on the final response token); a mask with
+  gaps (tool output or forced text the loss skips) still gets it on a real token: mask [1, 0, 0, 1]
+  -> index 3, not sum(mask) - 1 = 1, a masked slot GAE and the return-to-go skip.
+
+  Args: rewards [B] float32; response_mask [B, Tr] {0,1}.
+  Returns: [B, Tr] float32, zero except the reward at each row's last real token (all zeros for a
+  row with no real token).
+  """
   chex.assert_rank(response_mask, 2)
   chex.assert_shape(rewards, (response_mask.shape[0],))
-  mask = response_mask.astype(jnp.int32)
-  last = jnp.sum(mask, axis=1) - 1
-  positions = jnp.arange(mask.shape[1])[None, :]
+  positions = jnp.arange(response_mask.shape[1])[None, :]
+  last = jnp.max(jnp.where(response_mask.astype(bool), positions, -1), axis=1)
   return jnp.where((positions == last[:, None]) & (last[:, None] >= 0),
                    jnp.asarray(rewards, jnp.float32)[:, None], 0.0)
 

@@ -23,8 +23,9 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
 
 
 def longest_prompt(tokenizer, texts: Sequence[str]) -> int:
-  """Tokens in the longest of `texts`."""
-  return max(len(tokenizer.encode(t)) for t in texts)
+  """Tokens in the longest of the prompts `texts` (`tokenizer.encode_prompt`: chat template and
+  BOS included)."""
+  return max(len(tokenizer.encode_prompt(t)) for t in texts)
 
 
 def encode_prompts(tokenizer, texts: Sequence[str], buckets: Sequence[int], *,

@@ -22,7 +22,7 @@ from rlscale.runner import hosts as hosts_lib
 from rlscale.runner import plots
 from rlscale.runner import sft
 from rlscale.runner.batching import encode_prompts, encode_responses
-from rlscale.runner.evaluate import Evaluator
+from rlscale.runner.evaluate import Evaluator, eval_sampling
 from rlscale.sampler.sampler import Sampler
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import make_task
@@ -138,7 +138,9 @@ def rollout_sampling(config, rl) -> SamplingConfig:
                      "rl.overlong_buffer_frac; set task.overlong_max_len=None or "
                      "rl.overlong_buffer_frac=0")
   try:
-    return SamplingConfig(temperature=rollout.temperature, top_k=rollout.top_k, top_p=rollout.top_p)
+    min_p = rollout.get("min_p")  # None = off
+    return SamplingConfig(temperature=rollout.temperature, top_k=rollout.top_k, top_p=rollout.top_p,
+                          min_p=0.0 if min_p is None else min_p)
   except ValueError as e:
     raise ValueError(f"rollout: {e}".replace("sampling.", "rollout.")) from None
 
@@ -330,6 +332,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   optimizer = make_optimizer(config.optim, **optimizer_args)
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   sampling = rollout_sampling(config, rl)
+  sampled_eval = eval_sampling(sampling, config.eval.get("sampling"))
   if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
     # Dr. GRPO's constant defaults to the response limit Tr; fixed here because the update step
     # trains on each batch's bucketed response width (loop._rl_step), not on Tr.
@@ -338,7 +341,10 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   eval_examples = held_out_examples(config, task, log)
   t0 = time.perf_counter()
   tokenizer = tokenizers_lib.load_tokenizer(
-      config.model.checkpoint_path if config.model.source == "hf" else "char")
+      config.model.checkpoint_path if config.model.source == "hf" else "char",
+      chat_format=task.chat_format)
+  if config.model.source == "hf":
+    log(tokenizers_lib.describe_prompts(tokenizer))
   model_config, params, export_dtype = build_model(config, tokenizer, log)
   params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
   sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
@@ -371,7 +377,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
                         examples=eval_examples, prompt_buckets=buckets,
                         num_devices=num_devices, pass_k=config.eval.pass_k,
-                        temperature=config.rollout.temperature)
+                        sampling=sampled_eval)
   warm_start_seconds = time.perf_counter() - t0
   title = plots.run_title(
       algorithm=config.rl.algorithm, prompts_per_step=rl.prompts_per_step,

@@ -1,4 +1,10 @@
-"""Held-out evaluation: greedy accuracy, mean reward at the sampling temperature, and pass@k.
+"""Held-out evaluation: greedy accuracy, and mean reward, sampled accuracy and pass@k of samples.
+
+Greedy accuracy decodes at temperature 0. The sampled metrics draw with the rollout's whole
+sampling config (temperature, top-k, top-p, min-p), unless `eval.sampling` overrides fields of it
+(`eval_sampling`), so pass@k measures the policy the run samples from (TRL's GRPOTrainer
+generates its evaluation completions with its training sampling parameters; `eval.sampling` is a
+separate set where wanted, as verl's `val_kwargs`).
 
 A response counts as correct when the verifier says so (`score_batch`'s verdict: full marks from the
 task scorer, before the format reward and overlong shaping); the mean reward is the shaped reward.
@@ -18,6 +24,30 @@ import numpy as np
 from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks.rewards import score_batch
+
+
+EVAL_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p")
+
+
+def eval_sampling(rollout: SamplingConfig, overrides=None) -> SamplingConfig:
+  """The SamplingConfig of the sampled held-out metrics: the rollout's, with every field of
+  `overrides` (config `eval.sampling`: temperature, top_k, top_p, min_p) that is not None in its
+  place. E.g. rollout (0.7, top_k 20, top_p 0.9) with {"top_p": 1.0} -> (0.7, 20, 1.0).
+
+  Raises:
+    ValueError: an unknown field, or a value SamplingConfig rejects (named eval.sampling.<field>).
+  """
+  overrides = dict(overrides.to_dict() if hasattr(overrides, "to_dict") else overrides or {})
+  unknown = sorted(set(overrides) - set(EVAL_SAMPLING_FIELDS))
+  if unknown:
+    raise ValueError(f"unknown eval.sampling field(s) {unknown}; allowed: "
+                     f"{', '.join(EVAL_SAMPLING_FIELDS)} (None = the rollout's)")
+  fields = {name: getattr(rollout, name) for name in EVAL_SAMPLING_FIELDS}
+  fields.update({k: v for k, v in overrides.items() if v is not None})
+  try:
+    return SamplingConfig(**fields)
+  except ValueError as e:
+    raise ValueError(str(e).replace("sampling.", "eval.sampling.")) from None
 
 
 def evaluation_key(eval_seed: int):
@@ -60,7 +90,8 @@ class Evaluator:
     prompt_buckets: allowed left-padded prompt lengths (tokens).
     num_devices: local device count (batches are padded to a multiple of it).
     pass_k: samples per prompt for the sampled metrics and pass@k.
-    temperature: sampling temperature for the sampled metrics (greedy accuracy uses 0).
+    sampling: the SamplingConfig of the sampled metrics (`eval_sampling`: the rollout's unless
+      eval.sampling overrides it); greedy accuracy always decodes at temperature 0.
   """
   task: Any
   tokenizer: Any
@@ -69,7 +100,7 @@ class Evaluator:
   prompt_buckets: Sequence[int]
   num_devices: int
   pass_k: int
-  temperature: float
+  sampling: SamplingConfig
 
   def _score(self, params, tokens, mask, rng, sampling, samples_per_prompt: int):
     """[P * samples_per_prompt] shaped rewards (float32) and verdicts (bool), row
@@ -96,7 +127,7 @@ class Evaluator:
                             SamplingConfig(temperature=0.0), 1)
     k = self.pass_k
     sampled, sampled_correct = self._score(params, tokens, mask, jax.random.fold_in(rng, 1),
-                                           SamplingConfig(temperature=self.temperature), k)
+                                           self.sampling, k)
     correct = sampled_correct.reshape(len(self.examples), k)
     return {
         "eval/greedy_accuracy": float(np.mean(greedy)),

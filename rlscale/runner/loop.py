@@ -334,19 +334,23 @@ class Generated(NamedTuple):
     correct: [B] bool verifier verdicts (what "correct" means in every metric and filter).
     filler: [B] bool, True for the rows of zero-signal groups that only fill a DAPO batch when
       the sampling rounds run out (masked out of the loss); None = no filler rows.
+    nonfinite: [B] bool, True where the task score was non-finite and scored 0 (`score_batch`'s
+      infos["nonfinite"]); None = none.
   """
   rollout: Any
   rewards: np.ndarray
   scores: np.ndarray
   correct: np.ndarray
   filler: Any = None
+  nonfinite: Any = None
 
 
-def _filler_rows(generated: Generated) -> np.ndarray:
-  """[B] bool: generated.filler, or all False when it is None."""
-  if generated.filler is None:
+def _row_flags(generated: Generated, field: str) -> np.ndarray:
+  """[B] bool: the [B] bool field `field` of generated (filler, nonfinite), all False when None."""
+  rows = getattr(generated, field)
+  if rows is None:
     return np.zeros(len(generated.rewards), bool)
-  return np.asarray(generated.filler, bool)
+  return np.asarray(rows, bool)
 
 
 def _generate_groups(run, state, key, offsets, clock) -> Generated:
@@ -375,8 +379,8 @@ def _generate_groups(run, state, key, offsets, clock) -> Generated:
     t_r = rollout.response_mask.shape[1]
     texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
     group_examples = [e for e in examples for _ in range(G)]
-    scores, correct, _ = score_batch(run.task, texts, group_examples,
-                                     response_lengths=rollout.lengths)
+    scores, correct, infos = score_batch(run.task, texts, group_examples,
+                                         response_lengths=rollout.lengths)
     scores = np.asarray(scores, np.float32)
     rewards = scores
     if rl.overlong_buffer_frac > 0:
@@ -384,7 +388,8 @@ def _generate_groups(run, state, key, offsets, clock) -> Generated:
       rewards = scores + np.asarray(dapo.overlong_penalty(
           rollout.lengths, max_len=t_r, buffer_len=buffer,
           penalty_factor=rl.overlong_penalty_factor))
-  return Generated(rollout, np.asarray(rewards, np.float32), scores, correct)
+  return Generated(rollout, np.asarray(rewards, np.float32), scores, correct,
+                   nonfinite=infos["nonfinite"])
 
 
 def _select_groups(generated: Generated, keep: np.ndarray, group_size: int) -> Generated:
@@ -392,7 +397,8 @@ def _select_groups(generated: Generated, keep: np.ndarray, group_size: int) -> G
   rows = np.repeat(keep, group_size)
   rollout = type(generated.rollout)(*[np.asarray(x)[rows] for x in generated.rollout])
   return Generated(rollout, generated.rewards[rows], generated.scores[rows],
-                   generated.correct[rows], _filler_rows(generated)[rows])
+                   generated.correct[rows], _row_flags(generated, "filler")[rows],
+                   _row_flags(generated, "nonfinite")[rows])
 
 
 def _concat(parts: list[Generated]) -> Generated:
@@ -401,7 +407,8 @@ def _concat(parts: list[Generated]) -> Generated:
                    np.concatenate([p.rewards for p in parts]),
                    np.concatenate([p.scores for p in parts]),
                    np.concatenate([p.correct for p in parts]),
-                   np.concatenate([_filler_rows(p) for p in parts]))
+                   np.concatenate([_row_flags(p, "filler") for p in parts]),
+                   np.concatenate([_row_flags(p, "nonfinite") for p in parts]))
 
 
 def _gather(generated: Generated, hosts: hosts_lib.Hosts) -> Generated:
@@ -411,7 +418,8 @@ def _gather(generated: Generated, hosts: hosts_lib.Hosts) -> Generated:
     return generated
   rollout, rest = hosts_lib.gather_rows(
       (tuple(generated.rollout), (generated.rewards, generated.scores, generated.correct,
-                                  _filler_rows(generated))), hosts)
+                                  _row_flags(generated, "filler"),
+                                  _row_flags(generated, "nonfinite"))), hosts)
   return Generated(type(generated.rollout)(*rollout), *rest)
 
 
@@ -423,6 +431,8 @@ def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, flo
   lengths = np.asarray(everything.rollout.lengths)
   stats.update({
       "reward/shaped_mean": float(everything.rewards.mean()),
+      # Task scores that were NaN, infinite or None, scored 0 (rewards.score_batch).
+      "reward/nonfinite_frac": float(_row_flags(everything, "nonfinite").mean()),
       "response/length_mean": float(lengths.mean()),
       "tokens/generated": int(np.asarray(everything.rollout.response_mask).sum()),
       "sampling/rounds": len(rounds),
@@ -482,7 +492,7 @@ def _loss_mask(run, generated: Generated) -> tuple[np.ndarray, dict[str, float]]
   truncated = np.asarray(masks.truncated_rows(rollout.tokens[:, -t_r:], rollout.response_mask,
                                               run.sampler.eos_ids))
   masked_truncated = truncated & bool(run.rl_config.mask_truncated)
-  filler = _filler_rows(generated)
+  filler = _row_flags(generated, "filler")
   loss_mask = np.asarray(masks.mask_rows(rollout.response_mask, ~(masked_truncated | filler)))
   return loss_mask, {"response/truncated_frac": float(truncated.mean()),
                      "loss_mask/truncated_frac": float(masked_truncated.mean()),

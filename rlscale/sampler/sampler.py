@@ -48,8 +48,8 @@ class Rollout(NamedTuple):
     prompt_mask: [B, Tp] int32, 1 for real prompt tokens.
     response_mask: [B, Tr] int32, 1 for generated tokens up to and including the first EOS.
     logp: [B, Tr] float32, log softmax(logits / temperature)[token] of each generated token under
-      the sampling policy before top-k / top-p (see `strategies`; temperature 0 reads as 1), 0
-      where response_mask is 0. A full forward recomputes it (up to float rounding): with
+      the sampling policy before top-k / top-p / min-p (see `strategies`; temperature 0 reads as
+      1), 0 where response_mask is 0. A full forward recomputes it (up to float rounding): with
       `mask = concatenate([prompt_mask, response_mask], 1)` and
       `logits = forward(params, config, tokens, mask).logits` (position t predicts token t + 1),
       `logp == token_logp(logits[:, Tp - 1:-1], tokens[:, Tp:], temperature) * response_mask`.

@@ -1,7 +1,11 @@
-"""Sampling strategies: greedy, temperature, top-k and top-p (nucleus) over next-token logits.
+"""Sampling strategies: greedy, temperature, top-k, top-p (nucleus) and min-p over next-token logits.
 
-Order of operations (as in HF `generate` and most RL samplers): divide the logits by the temperature,
-keep the top-k tokens, then keep the nucleus of the remaining distribution, then draw.
+Order of operations (as transformers' `generate` builds its warpers, `_get_logits_processor`):
+divide the logits by the temperature, keep the top-k tokens, keep the nucleus of the remaining
+distribution, then keep the tokens whose probability is at least min_p times the largest (of what
+is left, renormalised), then draw. Top-p before min-p matters: probabilities [0.5, 0.3, 0.15,
+0.05] with top_p 0.81 and min_p 0.2 keep tokens {0, 1, 2} (min-p first would renormalise to
+[0.526, 0.316, 0.158] and top-p would then keep {0, 1}).
 
 The log-probability returned with each token is log softmax(logits / temperature)[token]: the policy
 at the sampling temperature BEFORE top-k / top-p filtering. That is the quantity the trainer
@@ -34,6 +38,9 @@ class SamplingConfig:
     top_p: in (0, 1]; keep the smallest set of most likely tokens whose probability mass reaches
       top_p (Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration"); 1.0 = off.
       Ignored when greedy.
+    min_p: in [0, 1]; keep the tokens whose probability is at least min_p times the most likely
+      token's (Nguyen et al. 2024, "Turning Up the Heat: Min-p Sampling"; as vLLM, TRL and
+      transformers' `min_p`); 0.0 = off. Ignored when greedy.
 
   Hashable (frozen), so it can be a static argument of a jitted function. Python or numpy numbers
   are accepted and stored as Python float / int / float.
@@ -45,11 +52,13 @@ class SamplingConfig:
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
+  min_p: float = 0.0
 
   def __post_init__(self):
     # Stored as Python numbers (numpy scalars converted), so equal configs hash alike and a
     # jitted sampler compiles once per distinct strategy.
     temperature, top_p = _as_float(self.temperature), _as_float(self.top_p)
+    min_p = _as_float(self.min_p)
     top_k = _as_int(self.top_k)
     if temperature is None or not temperature >= 0:
       raise ValueError("sampling.temperature must be a float >= 0 (0 = greedy), "
@@ -58,9 +67,12 @@ class SamplingConfig:
       raise ValueError(f"sampling.top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
     if top_p is None or not 0 < top_p <= 1:
       raise ValueError(f"sampling.top_p must be a float in (0, 1] (1.0 = off), got {self.top_p!r}")
+    if min_p is None or not 0 <= min_p <= 1:
+      raise ValueError(f"sampling.min_p must be a float in [0, 1] (0.0 = off), got {self.min_p!r}")
     object.__setattr__(self, "temperature", temperature)
     object.__setattr__(self, "top_k", top_k)
     object.__setattr__(self, "top_p", top_p)
+    object.__setattr__(self, "min_p", min_p)
 
   @property
   def greedy(self) -> bool:
@@ -130,14 +142,41 @@ def top_p_filter(logits: jax.Array, p: float) -> jax.Array:
   return jnp.where(keep, logits, -jnp.inf)
 
 
+def min_p_filter(logits: jax.Array, min_p: float) -> jax.Array:
+  """Min-p filter: keeps the tokens with probability >= min_p * (the row's largest probability).
+
+  As transformers' `MinPLogitsWarper` (probabilities from a softmax of `logits`, the most likely
+  token always kept). E.g. probs [0.5, 0.3, 0.15, 0.05] with min_p 0.2 (threshold 0.1) keep
+  {0, 1, 2}, which renormalise to [0.5, 0.3, 0.15] / 0.95 = [0.526, 0.316, 0.158].
+
+  Args:
+    logits: [..., V] float32 (already divided by the temperature); -inf entries are never kept
+      unless min_p is 0.
+    min_p: in [0, 1]; 0.0 keeps everything.
+  Returns:
+    [..., V] float32, the kept logits unchanged and the others -inf.
+  Raises:
+    ValueError: if min_p is not in [0, 1].
+  """
+  if not 0 <= min_p <= 1:
+    raise ValueError(f"min_p must be in [0, 1], got {min_p}")
+  if min_p == 0:
+    return logits
+  probs = jax.nn.softmax(logits, axis=-1)
+  top = jnp.max(probs, axis=-1, keepdims=True)
+  return jnp.where(probs >= min_p * top, logits, -jnp.inf)  # min_p <= 1: the top token stays
+
+
 def filter_logits(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
-  """Temperature, then top-k, then top-p: logits [..., V] float32 -> the logits drawn from.
+  """Temperature, then top-k, then top-p, then min-p (the order of transformers' warpers):
+  logits [..., V] float32 -> the logits drawn from.
 
   Not meant for greedy configs (temperature 0): raises ValueError there."""
   if sampling.greedy:
     raise ValueError("filter_logits needs sampling.temperature > 0; greedy decoding takes the argmax")
   logits = logits.astype(jnp.float32) / sampling.temperature
-  return top_p_filter(top_k_filter(logits, sampling.top_k), sampling.top_p)
+  logits = top_p_filter(top_k_filter(logits, sampling.top_k), sampling.top_p)
+  return min_p_filter(logits, sampling.min_p)
 
 
 def first_argmax(x: jax.Array) -> jax.Array:
@@ -162,7 +201,7 @@ def sample_token(logits: jax.Array, rng: jax.Array, sampling: SamplingConfig):
     sampling: the strategy; temperature 0 takes the argmax (first maximum on ties).
   Returns:
     token: [B] int32.
-    logp: [B] float32, log softmax(logits / temperature)[token] before top-k / top-p filtering
+    logp: [B] float32, log softmax(logits / temperature)[token] before top-k / top-p / min-p filtering
       (module docstring); for greedy decoding the temperature-1 log-probability.
   """
   gumbel = None if sampling.greedy else jax.random.gumbel(rng, logits.shape, jnp.float32)

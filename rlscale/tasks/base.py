@@ -84,9 +84,13 @@ class TaskSource(abc.ABC):
     verifier_config: extraction order, tolerance, bounds and time limit of the verifier.
     reward_config: optional reward terms (`rewards.RewardConfig`), set by `make_task`; None
       means plain correctness in `rewards.score_batch`.
+    chat_format: how a formatted prompt becomes the model's input text
+      (`rlscale.tokenizers.ChatFormat`: chat template, system prompt, template kwargs), set by
+      `make_task` and applied by the tokenizer; None means the default ChatFormat().
   """
 
   reward_config: Optional[Any] = None
+  chat_format: Optional[Any] = None
 
   def __init__(self, *, prompt_template: str, target_template: str = "{answer}",
                verifier_config: Optional[verifier.VerifierConfig] = None):

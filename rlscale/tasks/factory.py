@@ -4,7 +4,11 @@ Fields read (all but `source` optional; see experiments/configs/default.py for c
   source, name, kwargs, scorer, data_path, data_dir, eval_size, default_eval_size, eval_seed,
   holdout_fraction,
   prompt_template, target_template, extract_order, rel_tol, percent, timeout_s,
-  max_response_chars, max_answer_chars, format_weight, overlong_max_len, overlong_cache_len.
+  max_response_chars, max_answer_chars, format_weight, overlong_max_len, overlong_cache_len,
+  nonfinite_reward, chat_template, system_prompt, chat_template_kwargs.
+The last three become `task.chat_format` (`rlscale.tokenizers.ChatFormat`), which the runner hands
+to the tokenizer: the task owns how its prompts are written, the checkpoint's files how they are
+rendered and encoded.
 Sources are imported lazily: reasoning-gym and TFDS load only when chosen.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from rlscale import tokenizers
 from rlscale.tasks import base
 from rlscale.tasks import rewards
 from rlscale.tasks import verifier
@@ -21,10 +26,11 @@ SCORERS = ("verifier", "native")
 FIELDS = ("source", "name", "kwargs", "scorer", "data_path", "data_dir", "eval_size",
           "default_eval_size", "eval_seed", "holdout_fraction", "prompt_template", "target_template",
           "extract_order", "rel_tol", "percent", "timeout_s", "max_response_chars",
-          "max_answer_chars", "format_weight", "overlong_max_len", "overlong_cache_len")
+          "max_answer_chars", "format_weight", "overlong_max_len", "overlong_cache_len",
+          "nonfinite_reward", "chat_template", "system_prompt", "chat_template_kwargs")
 _VERIFIER_FIELDS = ("extract_order", "rel_tol", "percent", "timeout_s", "max_response_chars",
                     "max_answer_chars")
-_REWARD_FIELDS = ("format_weight", "overlong_max_len", "overlong_cache_len")
+_REWARD_FIELDS = ("format_weight", "overlong_max_len", "overlong_cache_len", "nonfinite_reward")
 
 
 def _plain(value: Any) -> Any:
@@ -40,7 +46,7 @@ def make_task(task_cfg: Mapping[str, Any], *, seed: int) -> base.TaskSource:
     seed: run seed (training stream order; the held-out set does not depend on it).
 
   Returns:
-    A TaskSource with `verifier_config` and `reward_config` attributes set.
+    A TaskSource with `verifier_config`, `reward_config` and `chat_format` attributes set.
 
   Raises:
     ValueError: unknown source, scorer or field, an invalid value, or a prompt template naming
@@ -62,6 +68,9 @@ def make_task(task_cfg: Mapping[str, Any], *, seed: int) -> base.TaskSource:
   verifier_config = verifier.VerifierConfig(
       **{k: cfg[k] for k in _VERIFIER_FIELDS if k in cfg})
   reward_config = rewards.RewardConfig(**{k: cfg[k] for k in _REWARD_FIELDS if k in cfg})
+  chat_format = tokenizers.ChatFormat(mode=cfg.get("chat_template"),
+                                      system_prompt=cfg.get("system_prompt"),
+                                      template_kwargs=cfg.get("chat_template_kwargs") or {})
   common = dict(verifier_config=verifier_config)
   for key in ("prompt_template", "target_template", "holdout_fraction"):
     if key in cfg:
@@ -89,5 +98,6 @@ def make_task(task_cfg: Mapping[str, Any], *, seed: int) -> base.TaskSource:
     task = local_math.LocalMathSource(cfg.get("data_path"), seed=seed,
                                       data_dir=cfg.get("data_dir"), **common)
   task.reward_config = reward_config
+  task.chat_format = chat_format
   task.format_prompt(task.train_example(0))  # a template naming absent metadata fails here
   return task

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 from typing import Any, Mapping, Optional
 
 from rlscale.tasks import base
@@ -114,7 +115,9 @@ class ReasoningGymSource(base.TaskSource):
         lambda e: e.prompt, self.holdout_fraction, n, f"reasoning-gym {self.name!r}")
 
   def score(self, response_text: str, example: base.Example) -> base.Score:
-    """Verifier score, or the generator's own `score_answer` when scorer="native"."""
+    """Verifier score, or the generator's own `score_answer` when scorer="native", clamped to
+    [0, 1]; a native NaN, infinity or None is returned as is, for `rewards.score_batch` to count
+    and score 0."""
     if self.scorer == "verifier":
       return super().score(response_text, example)
     config = self.verifier_config
@@ -132,7 +135,10 @@ class ReasoningGymSource(base.TaskSource):
       response, failure = worker.client().call(request, config.timeout_s)
       if response is None or "error" in response:
         return base.Score(0.0, failure or f"native scorer error: {response['error']}", answer)
-      reward = min(max(float(response["reward"]), 0.0), 1.0)
-      return base.Score(reward, f"native {self.name} score_answer", answer)
+      reward = response["reward"]
+      if reward is None or not math.isfinite(reward):
+        # Not clamped (min/max keep a NaN and turn inf into 1): score_batch counts and zeroes it.
+        return base.Score(reward, f"native {self.name} score_answer gave {reward!r}", answer)
+      return base.Score(min(max(reward, 0.0), 1.0), f"native {self.name} score_answer", answer)
     except Exception as e:  # pylint: disable=broad-except (never raise into the training loop)
       return base.Score(0.0, f"internal scorer error ({type(e).__name__})", None)

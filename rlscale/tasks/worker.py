@@ -170,9 +170,10 @@ def _native_dataset(request: dict[str, Any]) -> Any:
 
 
 def _native_score(request: dict[str, Any]) -> dict[str, Any]:
-  """A reasoning-gym generator's own score_answer on an already-vetted answer string."""
+  """A reasoning-gym generator's own score_answer on an already-vetted answer string: {"reward":
+  float, NaN and infinities included (JSON NaN / Infinity), or None when the scorer gave None}."""
   reward = _native_dataset(request).score_answer(request["answer"], request["entry"])
-  return {"reward": float(reward)}
+  return {"reward": None if reward is None else float(reward)}
 
 
 def _handle(request: dict[str, Any]) -> dict[str, Any]:

@@ -55,10 +55,13 @@ def test_config_files_found():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
-def test_smoke_variant_runs(path, hf_files, tmp_path):
+def test_smoke_variant_runs(path, hf_files, tmp_path, capsys):
   config = _smoke_config(path, hf_files, tmp_path / "tfds")
   workdir = tmp_path / "run"
   summary = train_and_evaluate(config, str(workdir))
+  if config.model.source == "hf":  # prompts rendered with the checkpoint's template, no BOS (Qwen)
+    assert ("prompts: the checkpoint's chat template (kwargs {'enable_thinking': False}), no BOS"
+            in capsys.readouterr().out)
   assert summary["steps"] == config.train.total_steps
   assert summary["final_accuracy"] is not None
   policy = workdir / "policy"
@@ -81,6 +84,8 @@ def _check_hf_export(policy, checkpoint):
   text = tiny_hf.GSM8K_ROWS[0][0]
   assert tokenizer(text)["input_ids"] == original(text)["input_ids"]
   assert tokenizer.eos_token == original.eos_token == "<|im_end|>"
+  # policy/ keeps the chat template the run's prompts were rendered with.
+  assert tokenizer.chat_template == original.chat_template == tiny_hf.QWEN3_STYLE_TEMPLATE
   model = transformers.AutoModelForCausalLM.from_pretrained(str(policy))
   with torch.no_grad():
     logits = model(torch.tensor([tokenizer(text)["input_ids"]])).logits

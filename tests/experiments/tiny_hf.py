@@ -17,10 +17,28 @@ def write_gsm8k_jsonl(path: pathlib.Path) -> pathlib.Path:
   return path
 
 
+# A Qwen3-style ChatML chat template: system turn, a namespace, loop controls, and the thinking
+# switch of the generation prompt (Qwen3's enable_thinking).
+QWEN3_STYLE_TEMPLATE = (
+    "{%- set ns = namespace(turns=0) %}"
+    "{%- for message in messages %}"
+    "{%- if message.role not in ['system', 'user', 'assistant'] %}{% continue %}{% endif %}"
+    "{%- set ns.turns = ns.turns + 1 %}"
+    "{{- '<|im_start|>' + message.role + '\n' + message.content | trim + '<|im_end|>\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\n\n</think>\n\n' }}"
+    "{%- endif %}"
+    "{%- endif %}")
+
+
 def write_tiny_qwen3(directory: pathlib.Path) -> pathlib.Path:
   """A 2-layer, hidden-64 Qwen3ForCausalLM with random weights and a 300-token byte-level BPE
-  tokenizer trained on GSM8K_ROWS, saved by transformers (config.json, model.safetensors,
-  generation_config.json, tokenizer.json, tokenizer_config.json); returns the directory."""
+  tokenizer trained on GSM8K_ROWS with QWEN3_STYLE_TEMPLATE as its chat template, saved by
+  transformers (config.json, model.safetensors, generation_config.json, tokenizer.json,
+  tokenizer_config.json, chat_template.jinja); returns the directory."""
   import tokenizers  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -34,7 +52,8 @@ def write_tiny_qwen3(directory: pathlib.Path) -> pathlib.Path:
       initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
   bpe.train_from_iterator([q + "\n" + a for q, a in GSM8K_ROWS], trainer)
   tokenizer = transformers.PreTrainedTokenizerFast(
-      tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+      tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+      chat_template=QWEN3_STYLE_TEMPLATE)
   config = transformers.Qwen3Config(
       vocab_size=bpe.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,

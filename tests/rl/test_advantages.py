@@ -183,6 +183,29 @@ def test_outcome_token_rewards_on_last_real_token():
   np.testing.assert_array_equal(out, [[0, 2, 0], [0, 0, 3], [0, 0, 0]])
 
 
+def test_outcome_token_rewards_on_the_last_real_token_of_a_mask_with_gaps():
+  # The last position whose mask is 1, not sum(mask) - 1 (index 1 for [1, 0, 0, 1]: a masked slot).
+  out = adv.outcome_token_rewards(jnp.array([1.0, 2.0, 3.0]),
+                                  jnp.array([[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]]))
+  np.testing.assert_array_equal(out, [[0, 0, 0, 1], [0, 0, 2, 0], [0, 3, 0, 0]])
+
+
+def test_reinforce_pp_with_k1_kl_in_reward_and_a_mask_with_gaps_by_hand():
+  cfg = _rl("reinforce_pp", kl_coef=1.0, kl_estimator="k1", gamma=1.0)
+  mask = jnp.array([[1, 0, 0, 1], [1, 1, 0, 0]])
+  old_logp = jnp.full((2, 4), -1.0)
+  ref_logp = jnp.array([[-2.0] * 4, [-1.0] * 4])
+  out = adv.compute_batch_advantages(cfg, jnp.array([1.0, 0.0]), mask, old_logp=old_logp,
+                                     ref_logp=ref_logp)["advantages"]
+  # k1 = old - ref: row 0 = 1 per real token, row 1 = 0. Token rewards: row 0 [-1, _, _, 1 - 1 = 0]
+  # (the outcome 1 on index 3, the last real token), row 1 [0, 0, _, _]. Returns-to-go (gamma 1,
+  # masked slots skipped): [-1, _, _, 0] and [0, 0, _, _]. Over the 4 real tokens: mean -0.25,
+  # deviations [-0.75, 0.25, 0.25, 0.25], unbiased var (0.5625 + 3 * 0.0625) / 3 = 0.25, std 0.5:
+  # A = [-1.5, 0.5 | 0.5, 0.5]. (The reward on index 1 = sum(mask) - 1, masked, gave returns
+  # [-2, _, _, -1].)
+  np.testing.assert_allclose(out, [[-1.5, 0, 0, 0.5], [0.5, 0.5, 0, 0]], rtol=1e-5, atol=1e-6)
+
+
 def _rl(algorithm, **overrides):
   cfg = ml_collections.ConfigDict(dict(algorithm=algorithm, group_size=2, prompts_per_step=1))
   cfg.update(overrides)

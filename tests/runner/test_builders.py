@@ -1,6 +1,7 @@
 """builders.held_out_examples: an explicit task.eval_size is required exactly; otherwise
 task.default_eval_size is shrunk, with a warning, to what a data file holds. build_model: float32
-master weights for every source, the exported policy in the source's dtype."""
+master weights for every source, the exported policy in the source's dtype. build_run: held-out
+sampling is the rollout's unless eval.sampling overrides it."""
 
 import jax
 import ml_collections
@@ -13,6 +14,7 @@ from rlscale.model.transformer import init_params
 from rlscale.runner import builders
 from rlscale.runner.builders import build_model, model_remat
 from rlscale.runner.loop import export_policy
+from rlscale.sampler.strategies import SamplingConfig
 from rlscale.train import update as update_lib
 from rlscale.train.optimizer import make_optimizer
 from rlscale.train.state import create_train_state
@@ -140,3 +142,20 @@ def test_model_remat_setting():
 def test_starting_point_is_named_for_what_rl_starts_from(source, sft_steps, label):
   config = ml_collections.ConfigDict({"model": {"source": source}, "sft": {"steps": sft_steps}})
   assert builders.starting_point_label(config) == label
+
+
+def test_held_out_sampling_is_the_rollouts_unless_eval_sampling_overrides_it(tmp_path):
+  # The evaluator was built with the rollout temperature alone (top_k 0, top_p 1 for pass@k).
+  config = tiny_config(sft__steps=0, rollout__top_k=5, rollout__top_p=0.9, rollout__min_p=0.05)
+  run = builders.build_run(config, str(tmp_path / "a"), log=lambda _: None)
+  rollout = SamplingConfig(temperature=0.5, top_k=5, top_p=0.9, min_p=0.05)
+  assert run.sampler.sampling == rollout and run.evaluator.sampling == rollout
+  config.eval.sampling.top_p, config.eval.sampling.temperature = 1.0, 1.0
+  run = builders.build_run(config, str(tmp_path / "b"), log=lambda _: None)
+  assert run.sampler.sampling == rollout
+  assert run.evaluator.sampling == SamplingConfig(temperature=1.0, top_k=5, top_p=1.0, min_p=0.05)
+  config.eval.sampling.min_p = 2.0
+  with pytest.raises(ValueError, match=r"eval\.sampling\.min_p must be a float in \[0, 1\]"):
+    builders.build_run(config, str(tmp_path / "c"), log=lambda _: None)
+  with pytest.raises(ValueError, match=r"rollout\.min_p must be a float in \[0, 1\]"):
+    builders.build_run(tiny_config(rollout__min_p=-0.5), str(tmp_path / "d"), log=lambda _: None)

@@ -1,12 +1,14 @@
-"""Held-out evaluation counts the verifier's verdicts (issue 13 item 1) with one fixed key."""
+"""Held-out evaluation counts the verifier's verdicts (issue 13 item 1) with one fixed key, and
+samples with the rollout's sampling config unless eval.sampling overrides it (issue 22 item 3)."""
 
 import jax
 import numpy as np
 import pytest
 
 from rlscale import tokenizers
-from rlscale.runner.evaluate import Evaluator, evaluation_key
+from rlscale.runner.evaluate import Evaluator, eval_sampling, evaluation_key
 from rlscale.sampler.sampler import Rollout
+from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import arithmetic, base, rewards, verifier
 
 
@@ -15,10 +17,12 @@ class _FixedSampler:
 
   def __init__(self, tokenizer, response, width=24):
     self.tokenizer, self.response, self.width = tokenizer, response, width
+    self.samplings = []  # the SamplingConfig of every call
 
   def __call__(self, params, tokens, mask, rng, *, sampling, params_replicated,
                samples_per_prompt):
-    del params, rng, sampling, params_replicated
+    del params, rng, params_replicated
+    self.samplings.append(sampling)
     b = len(tokens) * samples_per_prompt
     ids = self.tokenizer.encode(self.response)
     response = np.full((b, self.width), self.tokenizer.pad_id, np.int32)
@@ -33,16 +37,39 @@ class _FixedSampler:
                    num_steps=np.full((b,), len(ids), np.int32))
 
 
-def _evaluate(response, **reward):
+def _evaluate(response, sampling=SamplingConfig(temperature=1.0), sampler=None, **reward):
   task = arithmetic.ArithmeticSource(
       seed=0, verifier_config=verifier.VerifierConfig(extract_order="answer_tag,last_number"))
   task.reward_config = rewards.RewardConfig(**reward)
   tokenizer = tokenizers.load_tokenizer("char")
   examples = [base.Example("3 + 4", "7", {"expression": "3 + 4"})] * 2
-  evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=_FixedSampler(tokenizer, response),
+  evaluator = Evaluator(task=task, tokenizer=tokenizer,
+                        sampler=sampler or _FixedSampler(tokenizer, response),
                         examples=examples, prompt_buckets=(16,), num_devices=1, pass_k=2,
-                        temperature=1.0)
+                        sampling=sampling)
   return evaluator(None, evaluation_key(1234))
+
+
+def test_sampled_metrics_use_the_rollouts_whole_sampling_config_and_greedy_stays_greedy():
+  # The evaluator kept only the temperature: top-k 20, top-p 0.9 and min-p 0.05 of the rollout
+  # were dropped (SamplingConfig(0.7) = top_k 0, top_p 1, min_p 0) for pass@k.
+  rollout = SamplingConfig(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05)
+  sampler = _FixedSampler(tokenizers.load_tokenizer("char"), "7")
+  _evaluate("7", sampling=eval_sampling(rollout), sampler=sampler)
+  assert sampler.samplings == [SamplingConfig(temperature=0.0), rollout]
+
+
+def test_eval_sampling_overrides_only_the_fields_set():
+  rollout = SamplingConfig(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05)
+  assert eval_sampling(rollout) == rollout
+  assert eval_sampling(rollout, dict(temperature=None, top_k=None, top_p=None, min_p=None)) == rollout
+  assert eval_sampling(rollout, dict(top_p=1.0, min_p=0.0)) == SamplingConfig(0.7, 20, 1.0, 0.0)
+  assert eval_sampling(rollout, dict(temperature=1.0)) == SamplingConfig(1.0, 20, 0.9, 0.05)
+  with pytest.raises(ValueError, match=r"eval\.sampling\.top_p must be a float in \(0, 1\]"):
+    eval_sampling(rollout, dict(top_p=0.0))
+  with pytest.raises(ValueError, match=r"unknown eval\.sampling field\(s\) \['top_a'\]; allowed: "
+                                       "temperature, top_k, top_p, min_p"):
+    eval_sampling(rollout, dict(top_a=0.1))
 
 
 def test_correct_answer_shaped_to_zero_counts_as_correct():

@@ -3,8 +3,10 @@
 import json
 import os
 import shutil
+import types
 
 import flax.traverse_util
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -15,6 +17,10 @@ from rlscale.runner import hosts as hosts_lib
 from rlscale.runner import loop
 from rlscale.runner.loop import clip_fired, group_stats, holds_results, train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
+from rlscale.runner.timing import RunClock
+from rlscale.sampler.sampler import Rollout
+from rlscale.tasks import arithmetic, base, rewards
+from rlscale.tokenizers import CharTokenizer
 from tests.runner.runner_configs import comparable, tiny_config
 
 
@@ -49,6 +55,40 @@ def test_all_correct_groups_count_verdicts_not_shaped_rewards():
   stats = group_stats(rewards, correct, 2)
   assert stats["groups/all_correct"] == pytest.approx(0.5)
   assert stats["reward/accuracy"] == pytest.approx(0.75)
+
+
+def test_nonfinite_task_scores_are_counted_per_step(monkeypatch):
+  """One prompt x G = 4 responses, one of which a custom scorer scores NaN: the step's record has
+  reward/nonfinite_frac = 1/4 and the training rewards are [0, 1, 0, 1], not [nan, 1, 0, 1]."""
+  class NaNScorer(arithmetic.ArithmeticSource):
+    def score(self, response_text, example):
+      if response_text == "nan":
+        return base.Score(float("nan"), "broken", None)
+      return base.Score(float(response_text == "1"), "", None)
+
+  tokenizer = CharTokenizer()
+  responses = ["nan", "1", "0", "1"]
+
+  def sampler(params, tokens, mask, key, params_replicated, samples_per_prompt):
+    ids = [tokenizer.encode(r) + [tokenizer.eos_id] for r in responses]
+    response = np.array([i + [tokenizer.pad_id] * (4 - len(i)) for i in ids], np.int32)
+    response_mask = np.array([[1] * len(i) + [0] * (4 - len(i)) for i in ids], np.int32)
+    prompt = np.repeat(tokens, samples_per_prompt, axis=0)
+    return Rollout(tokens=np.concatenate([prompt, response], 1),
+                   prompt_mask=np.repeat(mask, samples_per_prompt, axis=0),
+                   response_mask=response_mask, logp=np.zeros((4, 4), np.float32),
+                   lengths=response_mask.sum(1), num_steps=np.full(4, 4, np.int32))
+
+  run = types.SimpleNamespace(
+      task=NaNScorer(seed=0), tokenizer=tokenizer, sampler=sampler, prompt_buckets=(16,),
+      rl_config=types.SimpleNamespace(prompts_per_step=1, group_size=4, dynamic_sampling=False,
+                                      overlong_buffer_frac=0.0))
+  state = types.SimpleNamespace(params=None)
+  with pytest.warns(rewards.NonFiniteRewardWarning, match="row 0"):
+    generated, stats = loop._collect_rollouts(run, state, jax.random.key(0),
+                                              {"samples": 0, "prompts": 0}, RunClock())
+  np.testing.assert_array_equal(generated.rewards, [0, 1, 0, 1])
+  assert stats["reward/nonfinite_frac"] == 0.25 and stats["reward/mean"] == 0.5
 
 
 def test_run_writes_outputs(full_run):

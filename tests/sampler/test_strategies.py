@@ -1,4 +1,5 @@
-"""Sampling strategies: config validation, top-k / top-p on hand-made distributions, greedy, logp."""
+"""Sampling strategies: config validation, top-k / top-p / min-p on hand-made distributions, their
+order (transformers'), greedy, logp."""
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,9 @@ def _kept(filtered):
     ({"top_k": 2.5}, "sampling.top_k"),
     ({"top_p": 0.0}, "sampling.top_p"),
     ({"top_p": 1.5}, "sampling.top_p"),
+    ({"min_p": -0.1}, "sampling.min_p"),
+    ({"min_p": 1.5}, "sampling.min_p"),
+    ({"min_p": True}, "sampling.min_p"),
 ])
 def test_sampling_config_rejects_bad_fields(kwargs, field):
   with pytest.raises(ValueError, match=field):
@@ -57,6 +61,54 @@ def test_top_k_keeps_k_largest(k, expected):
   logits = jnp.log(PROBS[[2, 0, 3, 1]])  # token order shuffled: ranks are 1, 3, 0, 2
   rank_to_token = {0: 1, 1: 3, 2: 0, 3: 2}
   assert _kept(strategies.top_k_filter(logits, k)) == {rank_to_token[r] for r in expected}
+
+
+def test_min_p_keeps_tokens_above_a_fraction_of_the_top_probability():
+  # Threshold 0.2 * 0.5 = 0.1: 0.5, 0.3 and 0.15 stay, 0.05 goes; renormalised over the kept mass
+  # 0.95: [0.5, 0.3, 0.15] / 0.95 = [0.526, 0.316, 0.158].
+  filtered = strategies.min_p_filter(jnp.log(PROBS), 0.2)
+  assert _kept(filtered) == {0, 1, 2}
+  np.testing.assert_allclose(jax.nn.softmax(filtered)[:3], [0.526, 0.316, 0.158], atol=1e-3)
+  assert float(jax.nn.softmax(filtered)[3]) == 0.0
+  assert _kept(strategies.min_p_filter(jnp.log(PROBS), 0.0)) == {0, 1, 2, 3}  # off
+  assert _kept(strategies.min_p_filter(jnp.log(PROBS), 1.0)) == {0}  # only the top token
+  # Relative to each row's own top: the shuffled row keeps the same probabilities.
+  rows = strategies.min_p_filter(jnp.log(jnp.stack([PROBS, PROBS[::-1]])), 0.5)  # threshold 0.25
+  assert _kept(rows[0]) == {0, 1} and _kept(rows[1]) == {3, 2}
+  with pytest.raises(ValueError, match="min_p"):
+    strategies.min_p_filter(jnp.zeros(4), 1.5)
+
+
+def test_filters_apply_in_transformers_order_top_k_top_p_then_min_p():
+  # top_p 0.81 keeps {0, 1, 2} (the mass above token 2 is 0.8 < 0.81); min_p 0.2 then keeps all
+  # three (threshold 0.1). Min-p first would renormalise to [0.526, 0.316, 0.158], and top-p would
+  # then stop at token 1 (0.526 + 0.316 = 0.842 >= 0.81): {0, 1}.
+  sampling = strategies.SamplingConfig(temperature=1.0, top_p=0.81, min_p=0.2)
+  assert _kept(strategies.filter_logits(jnp.log(PROBS), sampling)) == {0, 1, 2}
+  # top-k 2 then min-p 0.7 (threshold 0.35): {0}.
+  sampling = strategies.SamplingConfig(temperature=1.0, top_k=2, min_p=0.7)
+  assert _kept(strategies.filter_logits(jnp.log(PROBS), sampling)) == {0}
+
+
+def test_filters_match_transformers_warpers():
+  """temperature, top-k, top-p and min-p together equal transformers' warpers in the order its
+  `generate` builds them (TemperatureLogitsWarper, TopK, TopP, MinP) on random logits."""
+  torch = pytest.importorskip("torch")
+  generation = pytest.importorskip("transformers.generation")
+  logits = np.array(jax.random.normal(jax.random.key(0), (16, 50)) * 3, np.float32)  # writable
+  for temperature, top_k, top_p, min_p in [(0.7, 0, 1.0, 0.1), (1.3, 20, 0.9, 0.05),
+                                          (1.0, 5, 0.5, 0.3), (0.5, 0, 0.95, 0.0)]:
+    warpers = generation.LogitsProcessorList(
+        [generation.TemperatureLogitsWarper(temperature)]
+        + ([generation.TopKLogitsWarper(top_k)] if top_k else [])
+        + [generation.TopPLogitsWarper(top_p)] * (top_p < 1)
+        + ([generation.MinPLogitsWarper(min_p)] if min_p else []))
+    expected = warpers(torch.zeros(16, 1, dtype=torch.long), torch.from_numpy(logits)).numpy()
+    ours = strategies.filter_logits(jnp.asarray(logits), strategies.SamplingConfig(
+        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p))
+    np.testing.assert_array_equal(np.isfinite(ours), np.isfinite(expected))
+    kept = np.isfinite(expected)
+    np.testing.assert_allclose(np.asarray(ours)[kept], expected[kept], rtol=1e-6)
 
 
 def test_filters_reject_bad_arguments():
@@ -98,6 +150,9 @@ def test_samples_follow_the_filtered_tempered_distribution():
   token, _ = strategies.sample_token(logits, jax.random.key(3), strategies.SamplingConfig(top_p=0.8))
   np.testing.assert_allclose(np.bincount(np.asarray(token), minlength=4) / n,
                              [0.5 / 0.8, 0.3 / 0.8, 0, 0], atol=0.015)
+  token, _ = strategies.sample_token(logits, jax.random.key(4), strategies.SamplingConfig(min_p=0.2))
+  np.testing.assert_allclose(np.bincount(np.asarray(token), minlength=4) / n,
+                             [0.526, 0.316, 0.158, 0], atol=0.015)
 
 
 def test_first_argmax_matches_argmax_and_takes_the_first_tie():

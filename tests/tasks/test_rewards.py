@@ -130,3 +130,58 @@ def test_overlong_penalty_matches_the_jitted_twin():
   np.testing.assert_allclose(
       rewards.overlong_penalty(lengths, max_len=32, cache_len=8),
       np.asarray(dapo.overlong_penalty(lengths, max_len=32, buffer_len=8)), atol=1e-6)
+
+
+class _NaNScorer(arithmetic.ArithmeticSource):
+  """Scores "nan" as NaN, "none" as None, "inf" as +inf, and otherwise as the verifier does."""
+
+  def score(self, response_text, example):
+    special = {"nan": float("nan"), "none": None, "inf": float("inf")}
+    if response_text in special:
+      return base.Score(special[response_text], "broken custom scorer", None)
+    return super().score(response_text, example)
+
+
+def test_nonfinite_reward_is_counted_warned_once_and_scored_zero():
+  task = _NaNScorer(seed=0)
+  ex = base.Example("3 + 4", "7", {})
+  with pytest.warns(rewards.NonFiniteRewardWarning) as caught:
+    r, correct, infos = rewards.score_batch(task, ["nan", "7", "8", "7"], [ex] * 4)
+  np.testing.assert_array_equal(r, [0, 1, 0, 1])  # was [nan, 1, 0, 1]
+  np.testing.assert_array_equal(correct, [False, True, False, True])
+  np.testing.assert_array_equal(infos["nonfinite"], [True, False, False, False])
+  assert len(caught) == 1
+  message = str(caught[0].message)
+  assert "_NaNScorer" in message and "row 0" in message and "'3 + 4'" in message
+  assert "reward/nonfinite_frac" in message and infos["reason"][0] == "non-finite reward nan scored 0"
+  # None and infinities count too; the same task is not warned about again.
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    r, _, infos = rewards.score_batch(task, ["7", "none", "inf", "nan"], [ex] * 4)
+  np.testing.assert_array_equal(r, [1, 0, 0, 0])
+  np.testing.assert_array_equal(infos["nonfinite"], [False, True, True, True])
+
+
+def test_grpo_on_a_group_with_a_nan_reward_is_grpo_on_zero():
+  adv = pytest.importorskip("rlscale.rl.advantages")
+  ex = base.Example("3 + 4", "7", {})
+  with pytest.warns(rewards.NonFiniteRewardWarning):
+    r, _, _ = rewards.score_batch(_NaNScorer(seed=0), ["nan", "7", "8", "7"], [ex] * 4)
+  # GRPO on [0, 1, 0, 1]: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.5774, so
+  # A = +-0.5 / 0.5774 = +-0.866 (on [nan, 1, 0, 1] every advantage of the group was NaN).
+  np.testing.assert_allclose(adv.grpo(r, group_size=4), [-0.866, 0.866, -0.866, 0.866],
+                             atol=1e-3)
+
+
+def test_nonfinite_reward_error_mode_names_the_row():
+  task = _NaNScorer(seed=0)
+  task.reward_config = rewards.RewardConfig(nonfinite_reward="error")
+  ex = base.Example("3 + 4", "7", {})
+  with pytest.raises(rewards.NonFiniteRewardError,
+                     match=r"returned reward None for row 2 .*task.nonfinite_reward='error'"):
+    rewards.score_batch(task, ["7", "8", "none", "nan"], [ex] * 4)
+  assert issubclass(rewards.NonFiniteRewardError, ValueError)  # one line `error:` on the CLI
+  with pytest.raises(ValueError, match=r"task.nonfinite_reward='raise'; allowed values: zero, "
+                                       r"error \(None = zero\)"):
+    rewards.RewardConfig(nonfinite_reward="raise")

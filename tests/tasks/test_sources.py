@@ -94,6 +94,36 @@ def test_native_scorer_gives_partial_credit(chain_sum):
   assert chain_sum.score("<answer>66</answer>", example).reward == 0.0
 
 
+@pytest.mark.parametrize("native_reward, expected", [
+    (float("nan"), None), (float("inf"), None), (None, None), (1.5, 1.0), (-0.5, 0.0)])
+def test_native_non_finite_reward_reaches_score_batch_unclamped(monkeypatch, native_reward,
+                                                               expected):
+  # min(max(nan, 0), 1) is nan and min(max(inf, 0), 1) is 1: the clamp let NaN through and turned
+  # an infinity into full marks. Now a non-finite or None native reward is returned as it is, and
+  # score_batch counts it and scores it 0; finite rewards are still clamped to [0, 1].
+  from rlscale.tasks import rewards  # pylint: disable=g-import-not-at-top
+  from rlscale.tasks import worker  # pylint: disable=g-import-not-at-top
+
+  class Client:
+    def preload(self, request):
+      pass
+
+    def call(self, request, timeout_s):
+      return {"reward": native_reward}, ""
+
+  monkeypatch.setattr(worker, "client", Client)
+  task = _chain_sum(scorer="native")
+  example = base.Example("q", "6", {})
+  score = task.score("<answer>6</answer>", example)
+  if expected is not None:
+    assert score.reward == expected
+    return
+  assert score.reward is native_reward  # passed on unclamped
+  with pytest.warns(rewards.NonFiniteRewardWarning, match="ReasoningGymSource 'chain_sum'"):
+    r, _, infos = rewards.score_batch(task, ["<answer>6</answer>"], [example])
+  assert r.tolist() == [0.0] and infos["nonfinite"].tolist() == [True]
+
+
 def test_bad_arguments():
   with pytest.raises(ValueError, match="not a reasoning-gym generator; choose from .*chain_sum"):
     reasoning_gym_source.ReasoningGymSource("nope", {}, seed=0)

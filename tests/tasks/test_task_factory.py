@@ -6,6 +6,7 @@ import os
 import ml_collections
 import pytest
 
+from rlscale import tokenizers
 from rlscale.tasks import arithmetic
 from rlscale.tasks import make_task
 from rlscale.tasks import reasoning_gym_source
@@ -42,6 +43,13 @@ def test_fields_reach_the_verifier_and_rewards():
   assert task.verifier_config.extract_order == ("full",)
   assert (task.verifier_config.rel_tol, task.verifier_config.percent) == (0.01, True)
   assert (task.reward_config.overlong_max_len, task.reward_config.format_weight) == (8, 0.2)
+  task = make_task(dict(source="arithmetic", nonfinite_reward="error"), seed=0)
+  assert task.reward_config.nonfinite_reward == "error"
+  assert task.chat_format == tokenizers.ChatFormat()  # auto, no system prompt, no kwargs
+  task = make_task(dict(source="arithmetic", chat_template="on", system_prompt="Be brief.",
+                        chat_template_kwargs=ml_collections.ConfigDict(
+                            dict(enable_thinking=False))), seed=0)
+  assert task.chat_format == tokenizers.ChatFormat("on", "Be brief.", {"enable_thinking": False})
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -53,6 +61,13 @@ def test_fields_reach_the_verifier_and_rewards():
     (dict(source="arithmetic", rel_tol=-1), "task.rel_tol"),
     (dict(source="arithmetic", timeout_s=0), "task.timeout_s"),
     (dict(source="arithmetic", extract_order="last"), "task.extract_order"),
+    (dict(source="arithmetic", nonfinite_reward="nan"),
+     r"task.nonfinite_reward='nan'; allowed values: zero, error"),
+    (dict(source="arithmetic", chat_template="yes"),
+     r"task.chat_template='yes'; allowed values: off, on, auto"),
+    (dict(source="arithmetic", system_prompt=["x"]), "task.system_prompt must be a string"),
+    (dict(source="arithmetic", chat_template_kwargs=dict(add_generation_prompt=False)),
+     r"task.chat_template_kwargs may not set \['add_generation_prompt'\]"),
     (dict(source="reasoning_gym"), "task.name must name a reasoning-gym generator"),
     (dict(source="reasoning_gym", name="basic_arithmetic",
           prompt_template="{metadata[nothing]}"), "needs 'nothing'"),
