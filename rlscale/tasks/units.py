@@ -60,7 +60,11 @@ def _run(unit: str, joined: str) -> str:
   return (rf"{unit}{power}(?:(?: ?/ ?{_ANY_UNIT}|(?: ?\\cdot ?| ?\* ?| per | ){joined}){power})*")
 
 
-_PERCENT_WORD = r"(?:percent|per cent|%)(?![A-Za-z])"
+_PERCENT_WORD = r"(?:percentage|percent|per cent|pct|%)(?![A-Za-z])"
+# Scale words multiply the number before them (5 thousand = 5000), in a wrapper or bare.
+SCALE_WORDS = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALE = rf"(?:{_words(SCALE_WORDS)})s?(?![A-Za-z])"
+_WRAPPED_SCALE_RE = re.compile(rf" ?({_SCALE}) ?", re.ASCII)
 _WRAPPED_PERCENT_RE = re.compile(rf" ?{_PERCENT_WORD} ?", re.ASCII)
 _WRAPPED_UNIT_RE = re.compile(rf" ?{_run(_ANY_UNIT, _ANY_UNIT)} ?", re.ASCII)
 # Content may hold one level of braces: \mathrm{m s^{-1}}.
@@ -116,6 +120,9 @@ def _wrapped(m: re.Match) -> str:
   wrapper, content, exponent = m.group(1), m.group(2), m.group(3) or ""
   if _WRAPPED_PERCENT_RE.fullmatch(content):
     return "%"
+  scale = _WRAPPED_SCALE_RE.fullmatch(content)
+  if scale:
+    return _scaled(scale.group(1)) + exponent
   if wrapper in _TEXT_WRAPPERS:
     return " "  # a unit or a comment after a value ("\text{ (rounded)}"), with its exponent
   if _WRAPPED_UNIT_RE.fullmatch(content) and _after_value(m.string, m.start()):
@@ -123,8 +130,15 @@ def _wrapped(m: re.Match) -> str:
   return content + exponent  # maths in roman type: \mathrm{e}^{x}, \operatorname{min}(a, b)
 
 
+def _scaled(word: str) -> str:
+  return rf" \cdot 10^{{{SCALE_WORDS[word.lower().rstrip('s')]}}}"
+
+
 def _bare(m: re.Match) -> str:
   return "%" if m.group(1) else ""
+
+
+_BARE_SCALE_RE = re.compile(rf"(?<=[\d}}]) ?({_SCALE})", re.ASCII)
 
 
 def drop_units(text: str) -> str:
@@ -139,4 +153,5 @@ def drop_units(text: str) -> str:
     "28 percent" -> "28%", "\\mathrm{e}^{x}" unchanged but unwrapped to "e^{x}".
   """
   text = _WRAPPER_RE.sub(_wrapped, text)
+  text = _BARE_SCALE_RE.sub(lambda m: _scaled(m.group(1)), text)
   return _BARE_RE.sub(_bare, text)
