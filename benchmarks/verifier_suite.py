@@ -1,6 +1,6 @@
 r"""rlscale's verifier against Math-Verify's own test suite (a peer's expected verdicts).
 
-  python benchmarks/verifier_suite.py --math-verify-tests DIR [--out FILE]
+  python benchmarks/verifier_suite.py --math-verify-tests DIR [--out FILE] [--source TEXT]
 
 DIR is the `tests/` folder of a local checkout of huggingface/Math-Verify (nothing is
 downloaded). Every `@pytest.mark.parametrize` row of a test whose arguments name a gold, a
@@ -30,6 +30,7 @@ import json
 import os
 import re
 import sys
+import time
 from typing import Any, Callable, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +43,8 @@ from rlscale import outputs
 RLSCALE_RIGHT = "rlscale right"
 CONVENTION = "convention"
 BROKEN = "broken test string"
-REASON_KINDS = (RLSCALE_RIGHT, CONVENTION, BROKEN)
+UNSUPPORTED = "not supported"
+REASON_KINDS = (RLSCALE_RIGHT, CONVENTION, BROKEN, UNSUPPORTED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +134,7 @@ _RELATION_RE = re.compile(r"\\(?:le|ge|leq|geq|ne|neq|leqslant|geqslant)(?![A-Za
                           r"|\\approx")
 _INTERVAL_RE = re.compile(r"\\infty|\\cup|[\[(][^()\[\]]*,[^()\[\]]*[\])]")
 _SET_RE = re.compile(r"\\\{|[,;]|\\text\{ ?(?:and|or) ?\}| and | or ")
-_NUMBER_RE = re.compile(r"^[\s$]*[-+]?[\d.,\s]+%?[\s$]*$")
+_NUMBER_RE = re.compile(r"^[\s$]*[-+]?(?:\d[\d,]*)?(?:\.\d+)?%?[\s$]*$")
 
 
 def kind_of(gold: str, pred: str) -> str:
@@ -140,7 +142,8 @@ def kind_of(gold: str, pred: str) -> str:
 
   First match wins: "several boxed" (two or more `\\boxed` on either side), "long response"
   (a prediction over 120 characters), "matrices", "equations and relations" (`=`, `<`, `>`,
-  `:`, `\\le`, ...), "intervals", "sets / tuples / lists", "plain numbers", "expressions".
+  `:`, `\\le`, ...), "intervals", "plain numbers" (digits, commas and a point: "1,000.5",
+  "0,111"), "sets / tuples / lists", "expressions".
   """
   both = gold + " " + pred
   if gold.count("\\boxed") >= 2 or pred.count("\\boxed") >= 2:
@@ -153,10 +156,10 @@ def kind_of(gold: str, pred: str) -> str:
     return "equations and relations"
   if _INTERVAL_RE.search(gold):
     return "intervals"
-  if _SET_RE.search(gold):
-    return "sets / tuples / lists"
   if _NUMBER_RE.match(gold):
     return "plain numbers"
+  if _SET_RE.search(gold):
+    return "sets / tuples / lists"
   return "expressions"
 
 
@@ -182,16 +185,113 @@ def boxed_feed(pred: str) -> str:
   return "\\boxed{" + pred.strip() + "}"
 
 
-# Why rlscale's verdict (boxed feed) differs from the suite's expected one, keyed by
-# (test, gold, pred): (reason kind, explanation). Rows marked WRONG_REWARDED are rows the suite
-# expects 1 for although the answer is wrong; rlscale must score them 0 in both feeds.
-REASONS: dict[tuple[str, str, str], tuple[str, str]] = {}
-WRONG_REWARDED: frozenset = frozenset()
+# Why rlscale's verdict differs from the suite's expected one (in the boxed feed, or in the
+# verbatim feed only), keyed by (test, gold, pred): (reason kind, whether the prediction's answer
+# is right, explanation). A row of the table decides `wrong_answer`; other rows are wrong
+# exactly when expected 0. The table grows with the suite; a row is never edited to fit.
+_MV = "test_all.py::"
+REASONS: dict[tuple[str, str, str], tuple[str, bool, str]] = {
+    (_MV + "test_number_extraction", "2.74", "Soucis : 2,74 $ a.."): (
+        CONVENTION, True, "a decimal comma is read only in an answer that is just the number, "
+        "against a reference with a decimal point; in prose 2,74 is the list 2, 74"),
+    (_MV + "test_number_extraction", "1000.99", "so the number is 10 which is 1,000.99m\u00b2"): (
+        CONVENTION, True, "a letter glued to a number (1,000.99m) makes it a product, so the "
+        "last-number fallback takes nothing; only units written apart or in \\text are dropped"),
+    (_MV + "test_number_extraction", "1000.99", "not it's not 10 it's 1,000.99m\u00b2"): (
+        CONVENTION, True, "as above: 1,000.99m is read as a product with m"),
+    (_MV + "test_number_extraction", "1000.99", "1000,99"): (
+        CONVENTION, True, "verbatim feed only: in prose the comma separates 1000 and 99; boxed, "
+        "1000,99 is read with a decimal comma against 1000.99"),
+    (_MV + "test_latex_notation", "$9$", "Answer $ \n 9 \n $"): (
+        CONVENTION, True, "Math-Verify refuses inline maths that spans lines; the answer 9 is "
+        "right, and rlscale reads it"),
+    (_MV + "test_latex_notation", "$9$", "Answer \\( \n 9 \n \\)"): (
+        CONVENTION, True, "as above, for \\( ... \\)"),
+    (_MV + "test_latex_notation", "$10/9$", "Answer $ \\frac{1}{2} \\$ = \\frac{10}{9} $"): (
+        RLSCALE_RIGHT, False, "the final expression is the chain 1/2 $ = 10/9, whose link is "
+        "false; a chain scores only when every link holds"),
+    (_MV + "test_latex_notation_math",
+     "In order for $N$ to be divisible by 12, $N$ must be divisible by $4$ and $3$. That means "
+     "the last two digits $AB$ must form a multiple of $4.$ Since $A$ and $B$ are nonzero digits,"
+     " the smallest possible $14{,}9AB$ that is divisible by 4 is $14{,}912.$ Unfortunately, this"
+     " number is not a multiple of $3$, since $1 + 4 + 9 + 1 + 2 = 17.$ However, our next "
+     "possibility, $14{,}916,$ is a multiple of $3,$ since $1 + 4 + 9 + 1 + 6 = 21.$ Therefore, "
+     "$\\boxed{14{,}916}$ is our answer.", None): (
+        CONVENTION, True, "the response has no box and ends in prose with numbers (\"by 3 and "
+        "4\"): the last-number fallback takes 4; Math-Verify reads the \"final answer is\" line"),
+    (_MV + "test_relations_math", "$x = 11$", "$x = 5+5+1 = 7 =11$"): (
+        RLSCALE_RIGHT, False, "the chain has the false link 11 = 7 (and 7 = 11): a response "
+        "that states a falsehood is not rewarded for its last value"),
+    (_MV + "test_relations_math", "$x = 1/3$", "$x = 5+5+1 = 1/3 \\approx 11$"): (
+        RLSCALE_RIGHT, False, "false links 11 = 1/3 and 1/3 ~ 11"),
+    (_MV + "test_relations_math", "$1/3$", "$x=1/3\\approx1.3$"): (
+        RLSCALE_RIGHT, False, "1.3 is not an approximation of 1/3 (5% tolerance on \\approx)"),
+    (_MV + "test_relations_math", "$1 = \\zzz = x = 0$", "$0$"): (
+        RLSCALE_RIGHT, False, "the reference is a false chain (1 = 0) with an unknown command; "
+        "an unreadable reference scores only identical text"),
+    (_MV + "test_relations_math", "$z = 1 + 1 = 2$", "$z = 3+3 = 2$"): (
+        RLSCALE_RIGHT, False, "the response's link 3+3 = 2 is false"),
+    (_MV + "test_complex_math_expressions",
+     "$\\begin{pmatrix}-\\\frac{7}{4}&-2\\\\4&\\frac{1}{4}\\\\\\end{pmatrix}$",
+     "$\\begin{pmatrix}-\\\frac{7}{4}&-2\\\\4&\\frac{1}{4}\\\\\\end{pmatrix}$"): (
+        BROKEN, True, "\"\\f\" in a non-raw string is a form feed (U+000C), which the verifier "
+        "refuses in a response"),
+    (_MV + "test_complex_math_expressions",
+     "$(\\begin{pmatrix}\\frac{1}{3}\\\\ \\frac{1}{5} \\end{pmatrix})$",
+     "$\\begin{pmatrix}0.33\\\\0.2 \\end{pmatrix}$"): (
+        CONVENTION, False, "0.33 against 1/3 is outside task.rel_tol (1e-6); Math-Verify rounds "
+        "to 2 decimals here"),
+    (_MV + "test_complex_math_expressions", "$(\\frac{3}{5},\\frac{8}{3}]$",
+     "$(0.6,2.6667]$"): (
+        CONVENTION, False, "2.6667 against 8/3 is outside task.rel_tol (1e-6)"),
+    (_MV + "test_math_extraction_additional_cases", "$(1,3)$", "${1,3}$"): (
+        CONVENTION, False, "{1, 3} is a set; (1, 3) a pair or an open interval, never a set"),
+    (_MV + "test_math_extraction_additional_cases", "$10455$", None): (
+        CONVENTION, True, "the response's last \\boxed{} is 255; rlscale takes the last box, "
+        "Math-Verify a later \"final answer is\" line"),
+    (_MV + "test_set_rel_assymetry", "$x \\in [-2,7]$", "$-2 \\\\le x \\\\le 7$"): (
+        CONVENTION, True, "with allow_set_relation_comp=False Math-Verify refuses an inequality "
+        "against a set reference; rlscale reads -2 <= x <= 7 as [-2, 7] either way"),
+    ("test_numina_cases.py::test_numina_cases", "$p=5,q=2;p=7,q=2$", "$(5,2),(7,2)$"): (
+        UNSUPPORTED, True, "\";\" separating groups of labelled values is read as a comma"),
+    ("test_numina_cases.py::test_numina_cases", "\\\\boxed{W(n) = 1 \\\\text{ and } W(n) = -1",
+     "W(x)=1orW(x)=-1"): (
+        BROKEN, True, "the reference's box is never closed and its backslashes are doubled; the "
+        "response names the function of x, the reference of n"),
+    ("test_open_thoughts.py::test_open_thoughts", "\\boxed{1} no no no no no \\boxed{2}",
+     "$\\boxed{1,2}$"): (
+        CONVENTION, True, "a reference with several boxes means all of them (issue 23); "
+        "Math-Verify joins boxes only when they are close together"),
+    ("test_strict.py::test_strict_variable_comparison", "$f(x)$", "$f(y)$"): (
+        CONVENTION, False, "strict=False lets Math-Verify rename variables; rlscale never does"),
+    ("test_yujianll.py::test_string_extraction", "$F_n = \\sum_{k=0}^{n-1} F_k F_{n-k-1}$",
+     "$F_n = \\sum_{k=0}^{n-1} F_{n-k-1} F_k$"): (
+        UNSUPPORTED, True, "\\sum is not in the parser's whitelist"),
+    ("test_yujianll.py::test_string_extraction", "$1 - \\frac{1}{\\mathrm{e}}$",
+     "$1 + \\frac{1}{\\mathrm{e}}$"): (
+        RLSCALE_RIGHT, False, "1 + 1/e is not 1 - 1/e: the suite rewards a wrong answer"),
+}
 
 
-def _rlscale_scores(triples: Sequence[Triple], feed: Callable[[str], str]) -> list[float]:
+def reason_for(reasons: dict, test: str, gold: str, pred: str) -> Optional[tuple]:
+  """The table row of (test, gold, pred); a row whose pred is None matches any prediction of
+  that test and gold (for predictions too long to repeat in the table)."""
+  return reasons.get((test, gold, pred)) or reasons.get((test, gold, None))
+
+
+def _rlscale_scores(triples: Sequence[Triple],
+                    feed: Callable[[str], str]) -> tuple[list[float], float]:
+  """rlscale's rewards per row and the slowest row's wall time in seconds (the worker is
+  started before the first timed row; the result cache is cleared so every row is computed)."""
   from rlscale.tasks import verifier  # pylint: disable=g-import-not-at-top
-  return [verifier.verify(feed(t.pred), t.gold).reward for t in triples]
+  verifier.verify("\\boxed{x+1}", "1+x")
+  verifier._cache.clear()  # pylint: disable=protected-access (measure work, not the cache)
+  scores, slowest = [], 0.0
+  for t in triples:
+    start = time.perf_counter()
+    scores.append(verifier.verify(feed(t.pred), t.gold).reward)
+    slowest = max(slowest, time.perf_counter() - start)
+  return scores, slowest
 
 
 def _math_verify_scores(triples: Sequence[Triple]) -> Optional[list[Optional[float]]]:
@@ -225,24 +325,22 @@ def _agreement(rows: list[dict], key: str) -> dict:
 
 
 def summarize(triples: Sequence[Triple], boxed: Sequence[float], verbatim: Sequence[float],
-              theirs: Optional[Sequence[Optional[float]]],
-              reasons: dict = REASONS, wrong_rewarded: frozenset = WRONG_REWARDED) -> dict:
+              theirs: Optional[Sequence[Optional[float]]], reasons: dict = REASONS) -> dict:
   """The report: agreement overall and per kind, disagreements with reasons, false positives.
 
   Args:
     triples: the suite's rows.
     boxed, verbatim: rlscale's rewards (0.0 or 1.0) per row in the two feeds.
     theirs: Math-Verify's verdicts per row (None where it crashed), or None if not run.
-    reasons: (test, gold, pred) -> (reason kind, explanation) for boxed-feed disagreements.
-    wrong_rewarded: keys of rows whose expected 1 is a wrong answer.
+    reasons: (test, gold, pred) -> (reason kind, answer right, explanation), see `REASONS`.
 
   Returns:
     A JSON-serialisable dict (see the module docstring).
   """
   rows = []
   for i, t in enumerate(triples):
-    key = (t.test, t.gold, t.pred)
-    wrong = t.expected == 0 or key in wrong_rewarded
+    row_reason = reason_for(reasons, t.test, t.gold, t.pred)
+    wrong = t.expected == 0 if row_reason is None else not row_reason[1]
     rows.append({"test": t.test, "gold": t.gold, "pred": t.pred, "expected": t.expected,
                  "kind": kind_of(t.gold, t.pred), "boxed": int(boxed[i]),
                  "verbatim": int(verbatim[i]), "wrong_answer": wrong,
@@ -250,10 +348,11 @@ def summarize(triples: Sequence[Triple], boxed: Sequence[float], verbatim: Seque
   kinds = sorted({r["kind"] for r in rows})
   disagreements = []
   for r in rows:
-    if r["boxed"] != r["expected"]:
-      kind, why = reasons.get((r["test"], r["gold"], r["pred"]), ("unexplained", ""))
+    if r["boxed"] != r["expected"] or r["verbatim"] != r["expected"]:
+      kind, _, why = reason_for(reasons, r["test"], r["gold"], r["pred"]) or (
+          "unexplained", None, "")
       disagreements.append({**r, "reason": kind, "explanation": why})
-  counts = {k: sum(d["reason"] == k for d in disagreements)
+  counts = {k: sum(d["reason"] == k for d in disagreements if d["boxed"] != d["expected"])
             for k in (*REASON_KINDS, "unexplained")}
   false_positives = [r for r in rows if r["wrong_answer"] and (r["boxed"] or r["verbatim"])]
   report = {
@@ -272,6 +371,21 @@ def summarize(triples: Sequence[Triple], boxed: Sequence[float], verbatim: Seque
   return report
 
 
+def format_table(report: dict) -> str:
+  """Agreement per kind (boxed and verbatim feeds), reasons and false positives as text."""
+  line = lambda name, a: f"{name:26s} {a['boxed']['agree']:4d}/{a['boxed']['total']:<4d} " \
+                         f"{a['verbatim']['agree']:4d}/{a['verbatim']['total']:<4d}"
+  out = [f"{'kind':26s} {'boxed':9s} {'verbatim':9s}"]
+  out += [line(k, v) for k, v in report["agreement_by_kind"].items()]
+  out.append(line("all", report["agreement"]))
+  out.append("boxed disagreements: " + ", ".join(
+      f"{k} {n}" for k, n in report["disagreement_reasons"].items()))
+  out.append(f"false positives (a wrong answer scored 1): {len(report['false_positives'])}")
+  if "slowest_case_seconds" in report:
+    out.append(f"slowest case (s): {report['slowest_case_seconds']}")
+  return "\n".join(out)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """Command line; returns the exit status (2 with one `error:` line on bad input)."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -280,6 +394,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results",
                                                     "verifier_suite.json"),
                       help="output JSON file")
+  parser.add_argument("--source", default="huggingface/Math-Verify tests/*.py",
+                      help="where the tests come from (e.g. the commit), recorded in the JSON")
   parser.add_argument("--no-math-verify", action="store_true",
                       help="do not run Math-Verify even if it is installed")
   args = parser.parse_args(argv)
@@ -292,15 +408,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except (FileNotFoundError, SyntaxError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  boxed = _rlscale_scores(triples, boxed_feed)
-  verbatim = _rlscale_scores(triples, lambda p: p)
+  boxed, boxed_s = _rlscale_scores(triples, boxed_feed)
+  verbatim, verbatim_s = _rlscale_scores(triples, lambda p: p)
   theirs = None if args.no_math_verify else _math_verify_scores(triples)
-  report = {"source": "huggingface/Math-Verify tests/*.py", "skipped_not_literal": skipped,
+  report = {"source": args.source, "skipped_not_literal": skipped,
+            "slowest_case_seconds": {"boxed": round(boxed_s, 3), "verbatim": round(verbatim_s, 3)},
             **summarize(triples, boxed, verbatim, theirs)}
   outputs.write_atomic(args.out, json.dumps(report, indent=1, ensure_ascii=False) + "\n")
-  print(json.dumps({k: report[k] for k in ("triples", "agreement", "agreement_by_kind",
-                                           "disagreement_reasons")}, indent=1))
-  print(f"false positives: {len(report['false_positives'])}")
+  print(format_table(report))
   return 0
 
 

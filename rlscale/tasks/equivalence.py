@@ -1,9 +1,21 @@
 """Mathematical equivalence of two parsed answers with sympy (runs inside the verifier worker).
 
 Rules, in order:
+  * Chains: `x = 5 + 5 + 1 = 11` states x = 11 when every link after the name holds (`2 + 3 = 5`:
+    every link); a false link scores 0 (the safe reading for a reward). `\\approx` links hold
+    within 5%.
+  * Labels: `f(x) = 1`, `(p, q) = (3, 2)` against an unlabelled answer compare the value; two
+    labelled answers also compare the names.
   * Equations: `x = 5` against a non-equation compares the right-hand side; two equations are
-    equal when lhs - rhs agree up to sign.
-  * Tuples: same length, elementwise equal, in order.
+    equal when lhs - rhs agree up to a non-zero constant factor (sides swapped, scaled).
+  * Inequalities: each link as lhs - rhs < 0 (<=, !=), equal up to a positive factor
+    (`5 \\geq x` is `x \\leq 5`, `-x > -1` is `x < 1`); against an interval, an inequality in one
+    variable is its interval (`-2 \\le x < 7` is [-2, 7), `1 \\le |z| \\le 2` is [-2,-1] U [1,2]).
+  * Sets (`\\{...\\}`, several boxes): the same elements in any order; a bare list against a set
+    is a set, as are two lists of solutions (tuples, equations) and a variable's values
+    (`a = 4, -8, -10`). A bracketed tuple is never a set.
+  * Matrices: the same shape, elementwise equal.
+  * Tuples and other lists: same length, elementwise equal, in order.
   * Intervals and unions of intervals (`math_parser.Interval`, `IntervalUnion`): the same
     pieces in any order, each with equal endpoints (compared as values, as below) and the same
     open/closed ends; an end at +-infinity is open whatever its bracket. Pieces are not merged:

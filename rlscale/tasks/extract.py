@@ -38,7 +38,8 @@ _GSM8K_RE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
 # a trailing "%", "\%" or percent word; or a LaTeX fraction of integers.
 _LAST_NUMBER_RE = re.compile(
     r"-?\\[dt]?frac\{-?\d+\}\{\d+\}"
-    r"|(?<![A-Za-z0-9.])-?(?:[1-9]\d{0,2}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?"
+    r"|(?<![A-Za-z0-9.])-?(?:(?:[1-9]\d{0,2}(?:(?:,\d{3})+| \d{3}(?: \d{3})*)(?![\d])|\d+)"
+    r"(?:\.\d+)?|\.\d+)"
     # One look at the next character skips the optional parts below for most numbers.
     r"(?:(?=[\seE/\\%p\u00d7])"
     r"(?:[eE][+-]?\d+(?![A-Za-z\d])"
@@ -302,21 +303,24 @@ def last_number(text: str) -> Optional[str]:
   digits only). The exponent of a unit is not a number of its own: "The area is 5 cm^2." gives
   "5" (among the last `_NUMBERS_CHECKED` numbers). A number is never taken out of a larger
   expression: when the last number lies inside a math span (`$...$`, `\\(...\\)`, ...) the
-  whole span is the answer ("$\\frac{1+\\sqrt{5}}{2}$" gives the fraction, not 2); in prose, a
+  whole span is the answer ("$\\frac{1+\\sqrt{5}}{2}$" gives the fraction, not 2), as is a
+  math span after the last number ("... so $x \\approx 11$", "$\\frac13$", "$E$"); in prose, a
   number that is an operand ("3-5", "x^2", "(12, 102)") gives no answer at all.
   """
   # The regex scan runs in C; only the last `_NUMBERS_CHECKED` numbers are checked for being
   # a unit's exponent (almost always just the last one), so the cost stays that of one scan.
-  spans = None
+  spans = math_spans(text) if "$" in text or "\\" in text else []
+  final = text[spans[-1][0]:spans[-1][1]].strip() or None if spans else None
   for m in reversed(collections.deque(_LAST_NUMBER_RE.finditer(text), _NUMBERS_CHECKED)):
     if units.is_unit_exponent(text, m.start()):
       continue
-    spans = math_spans(text) if spans is None else spans
     i = bisect.bisect_right(spans, (m.start(), len(text))) - 1
     if i >= 0 and spans[i][0] <= m.start() and m.end() <= spans[i][1]:
       return text[spans[i][0]:spans[i][1]].strip() or None
+    if spans and spans[-1][0] > m.end():
+      return final  # a math span after the last number is the final expression
     return None if _part_of_expression(text, m.start(), m.end()) else m.group(0)
-  return None
+  return final
 
 
 def full(text: str) -> Optional[str]:

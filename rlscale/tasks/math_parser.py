@@ -13,7 +13,13 @@ limit.)
 
 Conventions: implicit multiplication (`2x`, `2\\sqrt{2}`, `(x+1)(x-1)`, `xy`) except before a
 number; `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
-a top-level comma list is an ordered tuple; `a = b` is an equation.
+a top-level comma (or `;`) list is an ordered tuple, flagged `Parsed.bare_list`; `a = b` is an
+equation (a `sympy.Eq`), or `Labelled` when `a` is a name that is not one variable (`f(x)`,
+`|AB|`, `(p, q)`, `A : B`); a chain or an inequality (`<`, `>`, `\\le`, `\\ge`, `\\ne`, `<=`,
+`\\approx`, ...) is a `Relation`; `a : b` is the ratio a/b; `x_1`, `a_{37}` are variable names;
+`|x|` is the absolute value; `\\{a, b\\}`, `{a, b}` and `\\pm a` are a `SetOf`; `pmatrix`,
+`bmatrix`, `matrix` and `array` are a `sympy.ImmutableMatrix` (+, -, * allowed), `vmatrix` its
+determinant (symbolic only up to 3x3).
 
 Intervals: two values between brackets of which at least one is square, `[a, b]`, `(a, b]`,
 `[a, b)`, are an `Interval` (ends open or closed as written, `\\infty` allowed); `(a, b)` alone
@@ -601,6 +607,9 @@ class _Parser:
       raise ParseError("matrix rows of different lengths")
     value = sympy.ImmutableMatrix(rows)
     if environment in ("vmatrix", "Vmatrix"):
+      # A symbolic determinant has n! terms: computed only up to 3x3 (numbers: any size).
+      if value.rows != value.cols or value.rows > 3 and value.free_symbols:
+        raise ParseError("a determinant of a non-square or symbolic matrix larger than 3x3")
       return value.det() if environment == "vmatrix" else value.norm()
     return value
 

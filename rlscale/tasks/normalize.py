@@ -1,10 +1,11 @@
 """Text normalisation of extracted answers, shared by the number fast path and the parser.
 
 Pure string rewriting (no sympy, no eval): unicode operators to ASCII, math delimiters and spacing
-commands removed, `\\dfrac`/`\\tfrac` to `\\frac`, digit-group separators (`1\\,000`, `1{,}000`)
-to commas, units dropped with their exponents (`rlscale.tasks.units`: "5\\text{ cm}^2" -> "5",
-"28 percent" -> "28%"), trailing sentence punctuation removed. Everything here is
-linear in the input length (anchored or bounded regexes only).
+commands removed, `\\dfrac`/`\\tfrac`/`\\cfrac` to `\\frac`, digit-group separators (`1\\,000`,
+`1{,}000`, `11,\\! 111`) to commas, "and"/"or" between answers to commas, units dropped with their
+exponents (`rlscale.tasks.units`: "5\\text{ cm}^2" -> "5", "28 percent" -> "28%", scale words
+kept as factors: "5 thousand" -> "5 \\cdot 10^{3}"), trailing sentence punctuation removed.
+Everything here is linear in the input length (anchored or bounded regexes only).
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ go with it (leaving "^2" behind would turn 5 into 25). Every unit wrapper is tre
   * bare unit words right after a number ("18 meters", "5 cm^2", "60 km/h") are dropped with
     their exponent. Single letters ("5 m") are left alone when bare, since "m" may be a
     variable; inside a wrapper they are units.
-A percent word ("percent", "per cent", and `\%` or "%" inside a wrapper) becomes "%", so it
-follows `task.percent` exactly as "%" does.
+A percent word ("percent", "per cent", "percentage", "pct", and `\%` or "%" inside a wrapper)
+becomes "%", so it follows `task.percent` exactly as "%" does. Scale words ("hundred",
+"thousand", "million", "billion", "trillion") are never dropped: after a value, bare or in a
+wrapper, they become a factor (`5\text{ thousand}` -> `5 \cdot 10^{3}`).
 
 All patterns are linear: alternations of fixed words joined by one-character separators, run on
 text whose whitespace is already collapsed, with no two adjacent repeats that can trade characters.

@@ -213,6 +213,9 @@ def verify(response: str, reference: str,
       boxes = extract.all_boxed(response)
       if len(boxes) >= 2:  # a reference of several items: every box of the response counts
         answer = extract.as_set(boxes)
+        if len(answer) > config.max_answer_chars:
+          return Score(0.0, f"answer too long ({len(answer)} > {config.max_answer_chars} chars)",
+                       None)
     equal, reason = compare(answer, reference, config)
     return Score(1.0 if equal else 0.0, ("correct: " if equal else "wrong: ") + reason, answer)
   except Exception as e:  # pylint: disable=broad-except (the training loop must never see one)

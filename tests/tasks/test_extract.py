@@ -91,6 +91,11 @@ def test_deeply_nested_boxes_unwrap_to_the_innermost_answer_without_recursion():
     ("last_number", "5 cm^" * 20_000 + "2", None),
     ("last_number", "5 cm^" * 63 + "2", "5"),
     ("last_number", "1" + " " * 100_000 + "percent", "1"),  # a percent word is one space away
+    # math spans: unclosed delimiters are searched for once per kind
+    ("last_number", "\\(x " * 20_000 + "so 1", "1"),
+    ("last_number", "$" * 100_000, None),
+    ("last_number", "$1$ " * 20_000, "1"),
+    ("last_number", "\\[ " * 20_000 + "$2$", "2"),
 ])
 def test_pathological_shapes_stay_linear(name, text, expected):
   fn = extract._FUNCTIONS[name]  # pylint: disable=protected-access
@@ -122,6 +127,12 @@ def _swallow(fn, text):
     # the exponent of a unit is not a number of its own
     ("The area is 5 cm^2.", "5"), (r"so 5\text{ cm}^{2}", "5"), ("3 km ^ {-1}", "3"),
     ("x^2", None), ("8 m^3", None),  # a bare letter may be a variable: m^3 is an expression
+    # never a number out of a larger expression: the whole math span, or nothing in prose
+    (r"$\frac{1+\sqrt{5}}{2}$", r"\frac{1+\sqrt{5}}{2}"), (r"$-[0,1)$", "-[0,1)"),
+    ("is 2/3.", "2/3"), ("3 + 4", None), ("(12, 102)", None), ("2^{10}", None),
+    (r"\sqrt 4", None), ("3 + 4 = 7", "7"), (r"so $x = 5$ here", "x = 5"),
+    (r"1 and then $\frac13$", r"\frac13"), ("<answer>12", "12"), ("it is .5", ".5"),
+    ("1 000 apples", "1 000"),
 ])
 def test_last_number(text, expected):
   assert extract.last_number(text) == expected
@@ -147,6 +158,42 @@ def test_reference_answer():
   assert extract.reference_answer("48/2 = 24\n#### 72") == "72"
   assert extract.reference_answer(r"so $\boxed{\frac{1}{2}}$.") == r"\frac{1}{2}"
   assert extract.reference_answer(" 17 ") == "17"
+  # Several boxes are all the answer (the last box alone was taken before issue 23).
+  assert extract.reference_answer(r"\(\boxed{1}\) and \(\boxed{-2}\).") == r"\{1, -2\}"
+  assert extract.reference_answer(r"\boxed{\boxed{3}} \boxed{4}") == r"\{3, 4\}"
+  # Minerva's "final answer" line, in a reference without a box or ####.
+  assert extract.reference_answer(
+      "so 72%. Final Answer: The final answer is $28 \\%$. I hope it is correct.") == r"28 \%"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"\boxed{1} and \boxed{2}", ["1", "2"]),
+    (r"\boxed{\boxed{1}+1} \fbox{x}", [r"\boxed{1}+1", "x"]),  # an inner box is content
+    (r"\boxed 7, \boxed{\boxed{8}}", ["7,", "8"]),
+    (r"\boxed{1} \boxed{2", ["1"]),  # an unclosed box ends the list
+    ("none", []),
+])
+def test_all_boxed(text, expected):
+  assert extract.all_boxed(text) == expected
+
+
+@pytest.mark.parametrize("text, spans", [
+    (r"a $x$ b $$y$$ \(z\) \[w\]", ["x", "y", "z", "w"]),
+    (r"costs \$5 and $x = 1$", ["x = 1"]),  # an escaped dollar is not a delimiter
+    (r"$ \frac{1}{2} \$ = 3 $", [r" \frac{1}{2} \$ = 3 "]),
+    (r"\( a \( b \) $c", [r" a \( b "]),  # the unclosed $ gives no span
+    ("no maths", []),
+])
+def test_math_spans(text, spans):
+  assert [text[a:b] for a, b in extract.math_spans(text)] == spans
+
+
+@pytest.mark.parametrize("text, several", [
+    ("1, 2", True), ("(1, 2)", False), (r"\{1, 2\}", True), ("{2, 3}", True), ("1;2", True),
+    ("[0, 1]", False), ("12", False), (r"\frac{1}{2}", False),
+])
+def test_has_several_items(text, several):
+  assert extract.has_several_items(text) is several
 
 
 @pytest.mark.parametrize("text, expected", [
