@@ -252,8 +252,6 @@ REASONS: dict[tuple[str, str, str], tuple[str, bool, str]] = {
     (_MV + "test_set_rel_assymetry", "$x \\in [-2,7]$", "$-2 \\\\le x \\\\le 7$"): (
         CONVENTION, True, "with allow_set_relation_comp=False Math-Verify refuses an inequality "
         "against a set reference; rlscale reads -2 <= x <= 7 as [-2, 7] either way"),
-    ("test_numina_cases.py::test_numina_cases", "$p=5,q=2;p=7,q=2$", "$(5,2),(7,2)$"): (
-        UNSUPPORTED, True, "\";\" separating groups of labelled values is read as a comma"),
     ("test_numina_cases.py::test_numina_cases", "\\\\boxed{W(n) = 1 \\\\text{ and } W(n) = -1",
      "W(x)=1orW(x)=-1"): (
         BROKEN, True, "the reference's box is never closed and its backslashes are doubled; the "
@@ -355,6 +353,8 @@ def summarize(triples: Sequence[Triple], boxed: Sequence[float], verbatim: Seque
   counts = {k: sum(d["reason"] == k for d in disagreements if d["boxed"] != d["expected"])
             for k in (*REASON_KINDS, "unexplained")}
   false_positives = [r for r in rows if r["wrong_answer"] and (r["boxed"] or r["verbatim"])]
+  used = {(d["test"], d["gold"], p) for d in disagreements for p in (d["pred"], None)}
+  stale = [list(k) for k in reasons if k not in used]
   report = {
       "triples": len(rows),
       "agreement": {"boxed": _agreement(rows, "boxed"), "verbatim": _agreement(rows, "verbatim")},
@@ -363,6 +363,7 @@ def summarize(triples: Sequence[Triple], boxed: Sequence[float], verbatim: Seque
                                                        "verbatim")} for k in kinds},
       "disagreement_reasons": counts,
       "false_positives": false_positives,
+      "stale_reasons": stale,
       "disagreements": disagreements,
   }
   if theirs is not None:

@@ -37,8 +37,10 @@ _GSM8K_RE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
 # "\times 10^{k}", "\cdot 10^k" or "\u00d7 10^k" after the mantissa), an optional "/int" fraction,
 # a trailing "%", "\%" or percent word; or a LaTeX fraction of integers.
 _LAST_NUMBER_RE = re.compile(
-    r"-?\\[dt]?frac\{-?\d+\}\{\d+\}"
-    r"|(?<![A-Za-z0-9.])-?(?:(?:[1-9]\d{0,2}(?:(?:,\d{3})+| \d{3}(?: \d{3})*)(?![\d])|\d+)"
+    r"-?\\[dtc]?frac\{-?\d+\}\{\d+\}"
+    # Digit groups: 1,234  1 234  14{,}916  32,\! 349  1\,000 (LaTeX separators, one number).
+    r"|(?<![A-Za-z0-9.])-?(?:(?:[1-9]\d{0,2}(?:(?:(?:,|\{,\}|,\\! ?|\\,)\d{3})+"
+    r"| \d{3}(?: \d{3})*)(?![\d])|\d+)"
     r"(?:\.\d+)?|\.\d+)"
     # One look at the next character skips the optional parts below for most numbers.
     r"(?:(?=[\seE/\\%p\u00d7])"

@@ -198,7 +198,7 @@ def tokenize(text: str) -> list[_Token]:
       tokens.append(_Token("op", c))
       pos += 1
     elif c == ";":
-      tokens.append(_Token("op", ","))
+      tokens.append(_Token("op", ";"))
       pos += 1
     else:
       raise ParseError(f"unsupported character {c!r}")
@@ -394,13 +394,20 @@ class _Parser:
     return value
 
   def items(self) -> list:
-    items = [self.membership()]
-    while self.at_op(","):
-      self.take()
-      if self.peek() is None or self.at_op(","):
+    """Items separated by "," or ";"; where both appear, ";" separates groups of items, each
+    group of several a tuple (`p=5,q=2;p=7,q=2` is two pairs, `(0;1)` a pair)."""
+    groups = [[self.membership()]]
+    while self.at_op(",", ";"):
+      if self.take().text == ";":
+        groups.append([])
+      if self.peek() is None or self.at_op(",", ";"):
         continue  # "19, 46, and 82" leaves an empty item after normalisation
-      items.append(self.membership())
-    return items
+      groups[-1].append(self.membership())
+    if len(groups) == 1:
+      return groups[0]
+    if all(len(g) <= 1 for g in groups):
+      return [g[0] for g in groups if g]
+    return [g[0] if len(g) == 1 else _sequence(g) for g in groups if g]
 
   @staticmethod
   def build_list(items: list) -> Any:
@@ -459,9 +466,11 @@ class _Parser:
     return Relation(tuple(terms), tuple(ops), label)
 
   def is_label(self, start: int, end: int) -> bool:
-    """Whether tokens[start:end] are a name: letters, functions, |.|, :, brackets; no number
-    and no + - * / ^ (`f(x)`, `|AB|`, `(p, q)`, `A : B`, `\\frac{NO}{BO}`, `a_3`)."""
-    return all(t.kind in ("sym", "func") or t.kind == "op" and t.text in "()|:,{}"
+    """Whether tokens[start:end] are a name: letters, |.|, :, brackets, \\frac; no number, no
+    function like \\sqrt (`\\sqrt{x} = 3` says x = 9) and no + - * / ^ (`f(x)`, `|AB|`,
+    `(p, q)`, `A : B`, `\\frac{NO}{BO}`, `a_3`)."""
+    return all(t.kind == "sym" or t.kind == "func" and t.text == "frac" or
+               t.kind == "op" and t.text in "()|:,{}"
                for t in self.tokens[start:end]) and end > start
 
   def ratio(self) -> Any:

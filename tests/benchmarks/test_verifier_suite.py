@@ -77,6 +77,9 @@ def test_summary_arithmetic_on_given_scores(tmp_path):
   # Row 2 is wrong (expected 0) and scored 1 verbatim; row 4 is wrong by the table but scored 0.
   assert [(f["pred"], f["verbatim"]) for f in report["false_positives"]] == [
       ("The answer is 3", 1)]
+  assert report["stale_reasons"] == []
+  assert suite.summarize(triples, [1, 0, 1, 1, 1], [1, 0, 1, 1, 1], None, REASONS)[
+      "stale_reasons"] == [list(next(iter(REASONS)))]  # no longer a disagreement
   kinds = report["agreement_by_kind"]
   assert sum(k["boxed"]["total"] for k in kinds.values()) == 5
   assert sum(k["boxed"]["agree"] for k in kinds.values()) == 3
@@ -132,3 +135,4 @@ def test_committed_result_is_consistent():
   assert report["disagreement_reasons"]["unexplained"] == 0
   assert all(d["reason"] in suite.REASON_KINDS for d in report["disagreements"])
   assert report["false_positives"] == []
+  assert report["stale_reasons"] == []  # every row of the table explains a disagreement

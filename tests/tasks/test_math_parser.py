@@ -58,6 +58,8 @@ R = math_parser.Relation
     (r"\begin{vmatrix}1 & 2 \\ 3 & 4\end{vmatrix}", sympy.Integer(-2), False),  # determinant
     ("1, 2", sympy.Tuple(1, 2), True),
     ("(0;1)", sympy.Tuple(0, 1), False),
+    ("1,2;3,4", sympy.Tuple(sympy.Tuple(1, 2), sympy.Tuple(3, 4)), True),  # groups by ";"
+    ("1;2", sympy.Tuple(1, 2), True),
     ("12,102", sympy.Integer(12102), False),
     ("(12,102)", sympy.Tuple(12, 102), False),  # no grouping inside brackets
     ("0,111", sympy.Tuple(0, 111), True),  # no grouping after a zero group

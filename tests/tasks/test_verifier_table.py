@@ -369,6 +369,8 @@ EQUATION_ROWS = [
     (r"\boxed{(3, 2)}", "(p, q) = (3, 2)", 1, {}),
     (r"\boxed{(2, 3)}", "(p, q) = (3, 2)", 0, {}),
     (r"\boxed{1}", "|AB| = 1", 1, {}),
+    (r"\boxed{3}", r"\sqrt{x} = 3", 0, {}),  # a function of x is no name: x = 9
+    (r"\boxed{\frac{1}{\sqrt{6}}}", r"\frac{NO}{BO} = \frac{1}{\sqrt{6}}", 1, {}),
     (r"\boxed{7:32}", r"S_{MBCN}:S = 7:32", 1, {}),
     (r"\boxed{7:33}", r"S_{MBCN}:S = 7:32", 0, {}),
     (r"\boxed{4, 5}", "AB = 4, CD = 5", 1, {}),
@@ -397,6 +399,8 @@ SET_ROWS = [
     (r"\boxed{6, 9}", r"6 \text{ and } 8", 0, {}),
     (r"\boxed{-10, -8, 4}", r"a = 4, -8, -10", 1, {}),
     (r"\boxed{-10, -8, 5}", r"a = 4, -8, -10", 0, {}),
+    (r"\boxed{(7, 2), (5, 2)}", "p=5,q=2;p=7,q=2", 1, {}),  # ";" separates solutions
+    (r"\boxed{(7, 2), (5, 3)}", "p=5,q=2;p=7,q=2", 0, {}),
 ]
 MATRIX_ROWS = [
     (r"\boxed{\begin{pmatrix}1 & 0 \\ 0 & 1\end{pmatrix}}",
@@ -421,6 +425,10 @@ NOTATION_ROWS = [
     (r"\boxed{27 pct}", r"28\%", 0, {}),
     (r"\boxed{11,\! 111,\! 100}", "11111100", 1, {}),
     (r"\boxed{11,\! 111,\! 101}", "11111100", 0, {}),
+    ("so it is 14{,}916.", "14916", 1, {}),  # separators in prose: one number
+    ("so it is 14{,}916.", "916", 0, {}),  # was 1: the last group
+    (r"is 32,\! 349", "32349", 1, {}),
+    (r"is 32,\! 349", "349", 0, {}),
 ]
 ISSUE23_FALSE_POSITIVE_ROWS = (LAST_NUMBER_ROWS + MULTI_BOX_ROWS + SCALE_WORD_ROWS +
                                TEXT_FALLBACK_ROWS + GROUPING_ROWS)
@@ -576,6 +584,13 @@ MATH_VERIFY_DISAGREEMENTS = {
         "same: -2 <= x < 7 is [-2, 7).",
     (r"\boxed{10 = 2x}", "x = 5"):
         "equations equal up to a constant factor and with sides swapped (10 = 2x is x = 5).",
+    ("so it is 14{,}916.", "14916"):
+        "math-verify takes the last digit group 916 out of 14{,}916 in prose; LaTeX digit "
+        "separators join groups into one number.",
+    (r"is 32,\! 349", "32349"):
+        "same for ,\\! between groups.",
+    (r"is 32,\! 349", "349"):
+        "the wrong side of the same rule: math-verify rewards the last group 349.",
 }
 
 
