@@ -12,7 +12,8 @@ before it is computed. (The verifier additionally runs this in a worker process 
 limit.)
 
 Conventions: implicit multiplication (`2x`, `2\\sqrt{2}`, `(x+1)(x-1)`, `xy`) except before a
-number; `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
+number, and except `f(...)`, `g(...)`, `h(...)`, `F`, `G`, `H`, `P`, `Q`, `W` before a bracket,
+which apply an undefined function (`FUNCTION_NAMES`); `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
 a top-level comma (or `;`) list is an ordered tuple, flagged `Parsed.bare_list`; `a = b` is an
 equation (a `sympy.Eq`), or `Labelled` when `a` is a name that is not one variable (`f(x)`,
 `|AB|`, `(p, q)`, `A : B`); a chain or an inequality (`<`, `>`, `\\le`, `\\ge`, `\\ne`, `<=`,
@@ -153,6 +154,9 @@ _GREEK = frozenset(
 # Words recognised inside a run of plain letters ("sqrt2", "sinx"), longest first.
 _PLAIN_WORDS = sorted(["sqrt", "pi", *_FUNCTIONS], key=len, reverse=True)
 _OPERATORS = frozenset("+-*/^(){}[],=%|:&<>")
+# Letters that name a function when a bracket follows: f(2) is f at 2, not 2f (so that
+# f(3) < f(1) differs from f(2) < f(1)); any other letter before a bracket multiplies, x(x+1).
+FUNCTION_NAMES = frozenset("fghFGHPQW")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -547,6 +551,14 @@ class _Parser:
       self.decimal |= "." in t.text or "e" in t.text.lower()
       return _number(t.text)
     if t.kind == "sym":
+      if t.text in FUNCTION_NAMES and self.at_op("("):
+        self.enter()
+        self.take()
+        args = self.comma_list()
+        self.expect(")")
+        self.depth -= 1
+        args = tuple(args) if is_sequence(args) else (args,)
+        return sympy.Function(t.text)(*map(_expr, args))
       return sympy.Symbol(t.text)
     if t.kind == "const":
       return _CONSTANTS[t.text]

@@ -356,6 +356,8 @@ RELATION_ROWS = [
     (r"\boxed{z \in [-\frac{3}{2}, -1] \cup [1, \frac{3}{2}]}", r"1 \leq |z| \leq \frac{3}{2}", 1,
      {}),
     (r"\boxed{z \in [-2, -1] \cup [1, \frac{3}{2}]}", r"1 \leq |z| \leq \frac{3}{2}", 0, {}),
+    (r"\boxed{f(4) > f(1) > f(2)}", "f(2) < f(1) < f(4)", 1, {}),
+    (r"\boxed{f(3) < f(1) < f(4)}", "f(2) < f(1) < f(4)", 0, {}),  # f(3) is not 3f
 ]
 EQUATION_ROWS = [
     (r"\boxed{y = -\frac{1}{2}x + \frac{3}{4}}", "2x + 4y - 3 = 0", 1, {}),  # a factor of 4
@@ -584,6 +586,9 @@ MATH_VERIFY_DISAGREEMENTS = {
         "same: -2 <= x < 7 is [-2, 7).",
     (r"\boxed{10 = 2x}", "x = 5"):
         "equations equal up to a constant factor and with sides swapped (10 = 2x is x = 5).",
+    (r"\boxed{f(4) > f(1) > f(2)}", "f(2) < f(1) < f(4)"):
+        "the same chain written from the other side; math-verify compares relations only as "
+        "written.",
     ("so it is 14{,}916.", "14916"):
         "math-verify takes the last digit group 916 out of 14{,}916 in prose; LaTeX digit "
         "separators join groups into one number.",
