@@ -225,7 +225,7 @@ REASONS: dict[tuple[str, str, str], tuple[str, bool, str]] = {
     (_MV + "test_relations_math", "$x = 1/3$", "$x = 5+5+1 = 1/3 \\approx 11$"): (
         RLSCALE_RIGHT, False, "false links 11 = 1/3 and 1/3 ~ 11"),
     (_MV + "test_relations_math", "$1/3$", "$x=1/3\\approx1.3$"): (
-        RLSCALE_RIGHT, False, "1.3 is not an approximation of 1/3 (5% tolerance on \\approx)"),
+        RLSCALE_RIGHT, False, "1.3 is not an approximation of 1/3 (1% tolerance on \\approx)"),
     (_MV + "test_relations_math", "$1 = \\zzz = x = 0$", "$0$"): (
         RLSCALE_RIGHT, False, "the reference is a false chain (1 = 0) with an unknown command; "
         "an unreadable reference scores only identical text"),

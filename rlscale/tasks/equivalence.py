@@ -3,7 +3,7 @@
 Rules, in order:
   * Chains: `x = 5 + 5 + 1 = 11` states x = 11 when every link after the name holds (`2 + 3 = 5`:
     every link); a false link scores 0 (the safe reading for a reward). `\\approx` links hold
-    within 5%.
+    within 1%.
   * Labels: `f(x) = 1`, `(p, q) = (3, 2)` against an unlabelled answer compare the value; two
     labelled answers also compare the names.
   * Equations: `x = 5` against a non-equation compares the right-hand side; two equations are
@@ -139,13 +139,13 @@ def expressions_equal(a: sympy.Expr, b: sympy.Expr, *, rel_tol: float,
   return same, how
 
 
-_APPROX_TOL = sympy.Float("0.05", 50)
+_APPROX_TOL = sympy.Float("0.01", 50)
 _INEQUALITY_FLIP = {">": "<", ">=": "<="}
 _FALSE_CHAIN = "a link of the chain is false"
 
 
 def _link_holds(a: sympy.Expr, op: str, b: sympy.Expr, *, rel_tol: float, decimal: bool) -> bool:
-  """Whether `a = b` (or `a approx b`, within 5%) holds."""
+  """Whether `a = b` (or `a approx b`, within 1%: 1/3 approx 0.33 holds, 0.343 does not)."""
   if op == "approx":
     va, vb = a.evalf(30), b.evalf(30)
     if va.is_number and vb.is_number:

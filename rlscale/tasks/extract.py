@@ -62,6 +62,10 @@ _MATH_CLOSE_RE = {"$$": re.compile(r"\$\$"), "$": re.compile(r"(?<!\\)\$"),
 _OPERAND_BEFORE = frozenset("+-*/^_([{|\\\u00d7\u00f7")
 _OPERAND_AFTER = frozenset("+-*/^_)]}|=!\u00d7\u00f7")
 _LOOK_AROUND = 24
+# An equation in prose ("so 3 + 4 = 7"): its left side is part of the final expression, so a
+# false link ("4 + 4 = 7") scores 0 like any false chain.
+_CHAIN_CHARS = frozenset("0123456789.+-*/^()= \u00d7\u00f7")
+_CHAIN_LOOK_BACK = 200
 # A command right before the number ("\\sqrt 4") takes it as an argument; after it, text and
 # spacing commands ("5\\text{ cm}", "5\\,") are prose, any other command is an operator.
 _COMMAND_END_RE = re.compile(r"\\[A-Za-z]+$")
@@ -298,6 +302,27 @@ def _part_of_expression(text: str, start: int, end: int) -> bool:
   return tail[:1] in _OPERAND_AFTER or text[end:end + 1].isalpha()
 
 
+def _prose_equation(text: str, start: int) -> str:
+  """The left side of an equation in prose that ends at `text[start]` ("3 + 4 = " before 7),
+  or "": digits, operators, brackets, "=" and single-letter variables, read back at most
+  `_CHAIN_LOOK_BACK` characters, when "=" stands right before the number."""
+  head_end = start
+  while head_end > 0 and text[head_end - 1] in " \t":
+    head_end -= 1
+  if head_end == 0 or text[head_end - 1] != "=":
+    return ""
+  i, low = head_end, max(0, start - _CHAIN_LOOK_BACK)
+  while i > low:
+    c = text[i - 1]
+    single_letter = (c.isascii() and c.isalpha() and not text[i - 2:i - 1].isalpha() and
+                     not text[i:i + 1].isalpha())
+    if c not in _CHAIN_CHARS and not single_letter:
+      break
+    i -= 1
+  left = text[i:start].lstrip(" .=+*/^)")
+  return left if left.rstrip(" =") else ""
+
+
 def last_number(text: str) -> Optional[str]:
   """The final answer written as a number: the whole last math expression, or the last number.
 
@@ -307,7 +332,9 @@ def last_number(text: str) -> Optional[str]:
   expression: when the last number lies inside a math span (`$...$`, `\\(...\\)`, ...) the
   whole span is the answer ("$\\frac{1+\\sqrt{5}}{2}$" gives the fraction, not 2), as is a
   math span after the last number ("... so $x \\approx 11$", "$\\frac13$", "$E$"); in prose, a
-  number that is an operand ("3-5", "x^2", "(12, 102)") gives no answer at all.
+  number that is an operand ("3-5", "x^2", "(12, 102)") gives no answer at all, and a number
+  after "=" comes with the equation it ends ("so 3 + 4 = 7" gives "3 + 4 = 7", whose every link
+  must hold).
   """
   # The regex scan runs in C; only the last `_NUMBERS_CHECKED` numbers are checked for being
   # a unit's exponent (almost always just the last one), so the cost stays that of one scan.
@@ -321,7 +348,9 @@ def last_number(text: str) -> Optional[str]:
       return text[spans[i][0]:spans[i][1]].strip() or None
     if spans and spans[-1][0] > m.end():
       return final  # a math span after the last number is the final expression
-    return None if _part_of_expression(text, m.start(), m.end()) else m.group(0)
+    if _part_of_expression(text, m.start(), m.end()):
+      return None
+    return _prose_equation(text, m.start()) + m.group(0)
   return final
 
 

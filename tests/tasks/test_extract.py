@@ -120,7 +120,7 @@ def _swallow(fn, text):
     ("x2", None), ("\uff11\uff17", None), ("v1.5", None), ("", None),
     # scientific notation is one number; a percent word or \\% stays with its number
     ("The probability is 1e-1.", "1e-1"), ("6.02E23 atoms", "6.02E23"), ("3.0e+8", "3.0e+8"),
-    (r"c = 3 \times 10^{8} m/s", r"3 \times 10^{8}"), (r"1.5\cdot10^-3", r"1.5\cdot10^-3"),
+    (r"c = 3 \times 10^{8} m/s", r"c = 3 \times 10^{8}"), (r"1.5\cdot10^-3", r"1.5\cdot10^-3"),
     ("5 \u00d7 10^3", "5 \u00d7 10^3"), ("2e5x", None), ("x = 3e", None), ("v1e5", None),
     ("it is 28 percent", "28 percent"), ("50 per cent off", "50 per cent"), (r"28\% of", r"28\%"),
     ("28 percentile", "28"),
@@ -130,7 +130,7 @@ def _swallow(fn, text):
     # never a number out of a larger expression: the whole math span, or nothing in prose
     (r"$\frac{1+\sqrt{5}}{2}$", r"\frac{1+\sqrt{5}}{2}"), (r"$-[0,1)$", "-[0,1)"),
     ("is 2/3.", "2/3"), ("3 + 4", None), ("(12, 102)", None), ("2^{10}", None),
-    (r"\sqrt 4", None), ("3 + 4 = 7", "7"), (r"so $x = 5$ here", "x = 5"),
+    (r"\sqrt 4", None), ("3 + 4 = 7", "3 + 4 = 7"), ("so x = 2*3 = 6.", "x = 2*3 = 6"), (r"so $x = 5$ here", "x = 5"),
     (r"1 and then $\frac13$", r"\frac13"), ("<answer>12", "12"), ("it is .5", ".5"),
     ("1 000 apples", "1 000"),
 ])

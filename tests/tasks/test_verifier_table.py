@@ -298,6 +298,8 @@ LAST_NUMBER_ROWS = [
     ("the total is 3 + 4", "4", 0, {}),  # was 1: a term of a sum
     ("the total is 3 + 4 = 7", "7", 1, {}),
     ("the total is 3 + 4 = 8", "7", 0, {}),
+    ("the total is 4 + 4 = 7", "7", 0, {}),  # was 1: a false equation in prose
+    ("so x = 2 * 3 = 6.", "6", 1, {}),
     ("the point is (12, 102)", "102", 0, {}),  # was 1: a coordinate of a pair
     (r"Thus $x = 5$ is the answer.", "5", 1, {}),
     (r"Thus $x = 6$ is the answer.", "5", 0, {}),
@@ -384,6 +386,7 @@ EQUATION_ROWS = [
     (r"\boxed{x = 5 + 5 + 1 = 7 = 11}", "x = 11", 0, {}),
     (r"\boxed{x = \frac{1}{3} \approx 0.333}", "1/3", 1, {}),
     (r"\boxed{x = \frac{1}{3} \approx 1.3}", "1/3", 0, {}),
+    (r"\boxed{x = \frac{1}{3} \approx 0.343}", "1/3", 0, {}),  # 3% off
     (r"\boxed{12:00}", "1:00", 0, {}),  # a ratio by zero is undefined, not equal
 ]
 SET_ROWS = [
@@ -554,7 +557,12 @@ MATH_VERIFY_DISAGREEMENTS = {
     (r"\boxed{x = 5 + 5 + 2 = 11}", "11"):
         "same: the link 5 + 5 + 2 = 11 is false.",
     (r"\boxed{x = \frac{1}{3} \approx 1.3}", "1/3"):
-        "1.3 is no approximation of 1/3 (\\approx holds within 5%); math-verify ignores it.",
+        "1.3 is no approximation of 1/3 (\\approx holds within 1%); math-verify ignores it.",
+    (r"\boxed{x = \frac{1}{3} \approx 0.343}", "1/3"):
+        "same: 0.343 is 3% off 1/3.",
+    ("the total is 4 + 4 = 7", "7"):
+        "math-verify takes the last number 7 of a false equation; in prose the equation before "
+        "the number is part of the final expression, and its link 4 + 4 = 7 is false.",
     ("the point is (12, 102)", "102"):
         "math-verify takes the last number 102 out of the pair (12, 102); a coordinate of a "
         "pair is not the answer.",
