@@ -12,8 +12,15 @@ before it is computed. (The verifier additionally runs this in a worker process 
 limit.)
 
 Conventions: implicit multiplication (`2x`, `2\\sqrt{2}`, `(x+1)(x-1)`, `xy`) except before a
-number; `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
-a top-level comma list is an ordered tuple; `a = b` is an equation.
+number, and except `f(...)`, `g(...)`, `h(...)`, `F`, `G`, `H`, `P`, `Q`, `W` before a bracket,
+which apply an undefined function (`FUNCTION_NAMES`); `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
+a top-level comma (or `;`) list is an ordered tuple, flagged `Parsed.bare_list`; `a = b` is an
+equation (a `sympy.Eq`), or `Labelled` when `a` is a name that is not one variable (`f(x)`,
+`|AB|`, `(p, q)`, `A : B`); a chain or an inequality (`<`, `>`, `\\le`, `\\ge`, `\\ne`, `<=`,
+`\\approx`, ...) is a `Relation`; `a : b` is the ratio a/b; `x_1`, `a_{37}` are variable names;
+`|x|` is the absolute value; `\\{a, b\\}`, `{a, b}` and `\\pm a` are a `SetOf`; `pmatrix`,
+`bmatrix`, `matrix` and `array` are a `sympy.ImmutableMatrix` (+, -, * allowed), `vmatrix` its
+determinant (symbolic only up to 3x3).
 
 Intervals: two values between brackets of which at least one is square, `[a, b]`, `(a, b]`,
 `[a, b)`, are an `Interval` (ends open or closed as written, `\\infty` allowed); `(a, b)` alone
@@ -26,10 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import fractions
+import functools
+import operator
 import re
 from typing import Any, Optional
 
 import sympy
+from sympy.matrices.exceptions import NonSquareMatrixError, ShapeError
 
 MAX_TOKENS = 256
 MAX_DIGITS = 64
@@ -60,6 +70,33 @@ class IntervalUnion:
 
 
 @dataclasses.dataclass(frozen=True)
+class SetOf:
+  """A set written `\\{a, b\\}` or `{a, b}` (or `\\pm a`), elements in the order written."""
+  items: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Relation:
+  """A chain of relations `a op b op c ...` other than one `=` (which is a `sympy.Eq`).
+
+  `ops[i]` relates `terms[i]` and `terms[i + 1]`: one of "=", "<", "<=", ">", ">=", "!=",
+  "approx". `label` is True when the first term is a name (`x`, `f(x)`, `|AB|`, `a_3`): the
+  chain then states the value of that name.
+  """
+  terms: tuple
+  ops: tuple
+  label: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Labelled:
+  """`name = value` where the name is not a plain variable: `f(x) = 1`, `|AB| = 1`,
+  `(p, q) = (3, 2)`, `A : B = 1`. Against an unlabelled answer only the value counts."""
+  label: Any
+  value: Any
+
+
+@dataclasses.dataclass(frozen=True)
 class Parsed:
   """A parsed answer.
 
@@ -71,11 +108,14 @@ class Parsed:
     percent: True if a `%` appeared.
     open_pair: True if the whole answer is a pair in round brackets, `(a, b)`: a point, or the
       open interval from a to b (`rlscale.tasks.equivalence` decides by the other side).
+    bare_list: True if the whole answer is a comma list without brackets (`1, 2`), which
+      compares as a set against a set, and in order otherwise.
   """
   value: Any
   decimal: bool
   percent: bool
   open_pair: bool = False
+  bare_list: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +124,21 @@ class _Token:
   text: str
 
 
+# Digit grouping needs a non-zero leading group and three digits after each separator ("0,111"
+# is two numbers); inside round or square brackets a comma always separates ("(12,102)").
 _NUM_RE = re.compile(
-    r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d{1,3}(?: \d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][+-]?\d+)?"
-    r"|\.\d+(?:[eE][+-]?\d+)?", re.ASCII)
+    r"(?:[1-9]\d{0,2}(?:,\d{3})+(?!\d)|[1-9]\d{0,2}(?: \d{3})+(?!\d)|\d+)(?:\.\d*)?"
+    r"(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?", re.ASCII)
+_UNGROUPED_NUM_RE = re.compile(r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?",
+                               re.ASCII)
+# A subscript makes one variable name: x_1, a_{37}, S_{MBCN}, F_{n-1}.
+_SUBSCRIPT_RE = re.compile(r"_(?:\{ ?([A-Za-z0-9+\-, ]{1,16}) ?\}|([A-Za-z0-9]))", re.ASCII)
+_MATRIX_BEGIN_RE = re.compile(r"\\begin\{([pbvBV]?matrix|array)\}(?:\{[lcr| ]{1,64}\})?")
+_MATRIX_END_RE = re.compile(r"\\end\{([pbvBV]?matrix|array)\}")
+_RELATION_COMMANDS = {"le": "<=", "leq": "<=", "leqslant": "<=", "ge": ">=", "geq": ">=",
+                      "geqslant": ">=", "ne": "!=", "neq": "!=", "lt": "<", "gt": ">",
+                      "approx": "approx"}
+_RELATIONS = frozenset(_RELATION_COMMANDS.values()) | {"="}
 _LETTERS_RE = re.compile(r"[A-Za-z]+")
 _COMMAND_RE = re.compile(r"\\([A-Za-z]+)")
 _FUNCTIONS = {
@@ -101,7 +153,10 @@ _GREEK = frozenset(
     "Omega".split())
 # Words recognised inside a run of plain letters ("sqrt2", "sinx"), longest first.
 _PLAIN_WORDS = sorted(["sqrt", "pi", *_FUNCTIONS], key=len, reverse=True)
-_OPERATORS = frozenset("+-*/^(){}[],=%")
+_OPERATORS = frozenset("+-*/^(){}[],=%|:&<>")
+# Letters that name a function when a bracket follows: f(2) is f at 2, not 2f (so that
+# f(3) < f(1) differs from f(2) < f(1)); any other letter before a bracket multiplies, x(x+1).
+FUNCTION_NAMES = frozenset("fghFGHPQW")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -114,37 +169,67 @@ def tokenize(text: str) -> list[_Token]:
   """
   tokens: list[_Token] = []
   pos, n = 0, len(text)
+  brackets = 0  # open round or square brackets
   while pos < n:
     c = text[pos]
     if c in " \t\n\r":
       pos += 1
       continue
     if c.isascii() and (c.isdigit() or c == "." and text[pos + 1:pos + 2].isdigit()):
-      m = _NUM_RE.match(text, pos)
+      m = (_UNGROUPED_NUM_RE if brackets else _NUM_RE).match(text, pos)
       _check_number(m.group(0))
       tokens.append(_Token("num", m.group(0)))
       pos = m.end()
     elif c == "\\":
-      m = _COMMAND_RE.match(text, pos)
-      if not m:
-        raise ParseError(f"unsupported LaTeX {text[pos:pos + 2]!r}")
-      tokens.append(_command(m.group(1)))
-      pos = m.end()
+      pos = _backslash(text, pos, tokens)
     elif c.isascii() and c.isalpha():
       m = _LETTERS_RE.match(text, pos)
       tokens.extend(_letters(m.group(0)))
       pos = m.end()
-    elif text.startswith("**", pos):
-      tokens.append(_Token("op", "^"))
+    elif c == "_" and tokens and tokens[-1].kind == "sym":
+      m = _SUBSCRIPT_RE.match(text, pos)
+      if not m:
+        raise ParseError("unsupported subscript")
+      tokens[-1] = _Token("sym", tokens[-1].text + "_" + (m.group(1) or m.group(2)).replace(" ",
+                                                                                            ""))
+      pos = m.end()
+    elif text.startswith(("**", "<=", ">=", "!=", "=<", "=>"), pos):
+      pair = text[pos:pos + 2]
+      tokens.append(_Token("op", {"**": "^", "=<": "<=", "=>": ">="}.get(pair, pair)))
       pos += 2
     elif c in _OPERATORS:
+      brackets += 1 if c in "([" else -1 if c in ")]" else 0
       tokens.append(_Token("op", c))
+      pos += 1
+    elif c == ";":
+      tokens.append(_Token("op", ";"))
       pos += 1
     else:
       raise ParseError(f"unsupported character {c!r}")
     if len(tokens) > MAX_TOKENS:
       raise ParseError(f"more than {MAX_TOKENS} tokens")
   return tokens
+
+
+def _backslash(text: str, pos: int, tokens: list[_Token]) -> int:
+  """Lexes the backslash construct at `text[pos]`; returns the position after it."""
+  for regex, kind in ((_MATRIX_BEGIN_RE, "begin"), (_MATRIX_END_RE, "end")):
+    m = regex.match(text, pos)
+    if m:
+      tokens.append(_Token("op", f"{kind}:{m.group(1)}"))
+      return m.end()
+  two = text[pos:pos + 2]
+  if two in ("\\{", "\\}"):
+    tokens.append(_Token("op", "set" + two[1]))
+    return pos + 2
+  if two == "\\\\":
+    tokens.append(_Token("op", "row"))
+    return pos + 2
+  m = _COMMAND_RE.match(text, pos)
+  if not m:
+    raise ParseError(f"unsupported LaTeX {two!r}")
+  tokens.append(_command(m.group(1)))
+  return m.end()
 
 
 def _check_number(text: str) -> None:
@@ -166,8 +251,12 @@ def _command(name: str) -> _Token:
     return _Token("op", "*")
   if name == "div":
     return _Token("op", "/")
-  if name in ("cup", "in"):
+  if name in ("cup", "in", "pm"):
     return _Token("op", name)
+  if name in _RELATION_COMMANDS:
+    return _Token("op", _RELATION_COMMANDS[name])
+  if name == "mid":
+    return _Token("op", "|")
   raise ParseError(f"unsupported command \\{name}")
 
 
@@ -223,9 +312,26 @@ def _expr(value: Any) -> sympy.Expr:
   return value
 
 
+def _operand(value: Any) -> Any:
+  """An operand of + - * /: an expression or a matrix (`_expr` for everything else)."""
+  return value if isinstance(value, sympy.ImmutableMatrix) else _expr(value)
+
+
+def is_sequence(value: Any) -> bool:
+  """Whether a parsed value is a tuple or list of values (a `sympy.Tuple`, or a Python tuple holding relations)."""
+  return isinstance(value, (sympy.Tuple, tuple))
+
+
+def _sequence(items: list) -> Any:
+  """A comma list: a `sympy.Tuple`, or a Python tuple when an item is not a sympy object."""
+  if all(isinstance(item, sympy.Basic) for item in items):
+    return sympy.Tuple(*items)
+  return tuple(items)
+
+
 def _interval(value: Any, left_open: bool, right_open: bool) -> Interval:
   """A pair of values as an interval with the given ends."""
-  if not (isinstance(value, sympy.Tuple) and len(value) == 2):
+  if not (is_sequence(value) and len(value) == 2):
     raise ParseError("an interval needs two endpoints")
   return Interval(_expr(value[0]), _expr(value[1]), left_open, right_open)
 
@@ -248,6 +354,7 @@ class _Parser:
     self.decimal = False
     self.percent = False
     self.pair_span = (-1, -1)  # token span of the last "(a, b)" pair
+    self.bare_list = False
 
   # --- token helpers
   def peek(self) -> Optional[_Token]:
@@ -275,25 +382,48 @@ class _Parser:
       raise ParseError(f"nesting deeper than {MAX_DEPTH}")
 
   # --- grammar
-  def parse(self) -> sympy.Basic:
+  def parse(self) -> Any:
     if not self.tokens:
       raise ParseError("empty answer")
-    value = self.comma_list()
+    if self.at_op("pm"):  # \pm a: the two values a and -a
+      self.take()
+      value = _expr(self.sum())
+      value = SetOf((value, -value))
+    else:
+      items = self.items()
+      self.bare_list = len(items) > 1
+      value = self.build_list(items)
     if self.peek() is not None:
       raise ParseError(f"unexpected {self.peek().text!r}")
     return value
 
-  def comma_list(self) -> Any:
-    items = [self.membership()]
-    while self.at_op(","):
-      self.take()
-      items.append(self.membership())
+  def items(self) -> list:
+    """Items separated by "," or ";"; where both appear, ";" separates groups of items, each
+    group of several a tuple (`p=5,q=2;p=7,q=2` is two pairs, `(0;1)` a pair)."""
+    groups = [[self.membership()]]
+    while self.at_op(",", ";"):
+      if self.take().text == ";":
+        groups.append([])
+      if self.peek() is None or self.at_op(",", ";"):
+        continue  # "19, 46, and 82" leaves an empty item after normalisation
+      groups[-1].append(self.membership())
+    if len(groups) == 1:
+      return groups[0]
+    if all(len(g) <= 1 for g in groups):
+      return [g[0] for g in groups if g]
+    return [g[0] if len(g) == 1 else _sequence(g) for g in groups if g]
+
+  @staticmethod
+  def build_list(items: list) -> Any:
     if len(items) == 1:
       return items[0]
     if any(isinstance(item, (Interval, IntervalUnion)) for item in items):
       # Refused here rather than handed to sympy.Tuple, which would sympify a foreign object.
       raise ParseError("a list of intervals is not supported")
-    return sympy.Tuple(*items)
+    return _sequence(items)
+
+  def comma_list(self) -> Any:
+    return self.build_list(self.items())
 
   def membership(self) -> Any:
     """`x \\in S` is the set S (x a single variable); otherwise a union or an equation."""
@@ -306,36 +436,69 @@ class _Parser:
     return _as_set(self.union())
 
   def union(self) -> Any:
-    value = self.equation()
+    value = self.relation()
     if not self.at_op("cup"):
       return value
     parts = [_as_set(value)]
     while self.at_op("cup"):
       self.take()
-      parts.append(_as_set(self.equation()))
+      parts.append(_as_set(self.relation()))
     flat = [p for part in parts for p in (part.parts if isinstance(part, IntervalUnion) else
                                           (part,))]
     return IntervalUnion(tuple(flat))
 
-  def equation(self) -> sympy.Basic:
-    lhs = self.sum()
-    if not self.at_op("="):
-      return lhs
+  def relation(self) -> Any:
+    """`a`, `a = b` (a `sympy.Eq`, or `Labelled` for a name), or a chain (`Relation`)."""
+    start = self.pos
+    terms, ops = [self.ratio()], []
+    label_end = self.pos
+    while self.peek() is not None and self.peek().kind == "op" and self.peek().text in _RELATIONS:
+      ops.append(self.take().text)
+      terms.append(self.ratio())
+    if not ops:
+      return terms[0]
+    if any(isinstance(t, (Interval, IntervalUnion)) for t in terms):
+      raise ParseError("an equation with an interval; write x \\in [a, b]")
+    label = self.is_label(start, label_end)
+    if ops == ["="]:
+      if label and not isinstance(terms[0], sympy.Symbol):
+        return Labelled(terms[0], terms[1])
+      return sympy.Eq(_operand(terms[0]), _operand(terms[1]), evaluate=False)
+    if any(not isinstance(t, sympy.Expr) for t in terms[1:]) or not (
+        label or isinstance(terms[0], sympy.Expr)):
+      raise ParseError("a chain of relations between non-numbers")
+    return Relation(tuple(terms), tuple(ops), label)
+
+  def is_label(self, start: int, end: int) -> bool:
+    """Whether tokens[start:end] are a name: letters, |.|, :, brackets, \\frac; no number, no
+    function like \\sqrt (`\\sqrt{x} = 3` says x = 9) and no + - * / ^ (`f(x)`, `|AB|`,
+    `(p, q)`, `A : B`, `\\frac{NO}{BO}`, `a_3`)."""
+    return all(t.kind == "sym" or t.kind == "func" and t.text == "frac" or
+               t.kind == "op" and t.text in "()|:,{}"
+               for t in self.tokens[start:end]) and end > start
+
+  def ratio(self) -> Any:
+    """`a : b` is the ratio a/b (one colon; `12:00` is undefined, never 12)."""
+    value = self.sum()
+    if not self.at_op(":"):
+      return value
     self.take()
     rhs = self.sum()
-    if self.at_op("="):
-      raise ParseError("chained equation")
-    if isinstance(lhs, (Interval, IntervalUnion)) or isinstance(rhs, (Interval, IntervalUnion)):
-      raise ParseError("an equation with an interval; write x \\in [a, b]")
-    return sympy.Eq(lhs, rhs, evaluate=False)
+    if self.at_op(":"):
+      raise ParseError("a ratio of more than two terms")
+    return _expr(value) / _expr(rhs)
 
   def sum(self) -> sympy.Expr:
     terms = [self.term()]
     while self.at_op("+", "-"):
       op = self.take().text
       term = self.term()
-      terms.append(term if op == "+" else -_expr(term))
-    return terms[0] if len(terms) == 1 else sympy.Add(*map(_expr, terms))
+      terms.append(term if op == "+" else -_operand(term))
+    if len(terms) == 1:
+      return terms[0]
+    if any(isinstance(t, sympy.ImmutableMatrix) for t in terms):
+      return functools.reduce(operator.add, map(_operand, terms))
+    return sympy.Add(*map(_expr, terms))
 
   def term(self) -> sympy.Expr:
     value = self.unary()
@@ -343,16 +506,16 @@ class _Parser:
       if self.at_op("*", "/"):
         op = self.take().text
         rhs = self.unary()
-        value = _expr(value) * _expr(rhs) if op == "*" else _expr(value) / _expr(rhs)
+        value = _operand(value) * _operand(rhs) if op == "*" else _operand(value) / _expr(rhs)
       elif self.starts_implicit_factor():
-        value = _expr(value) * _expr(self.power())
+        value = _operand(value) * _operand(self.power())
       else:
         return value
 
   def starts_implicit_factor(self) -> bool:
     t = self.peek()
     return t is not None and (t.kind in ("sym", "const", "func") or t.kind == "op" and
-                              t.text in "([{")
+                              (t.text in "([{" or t.text.startswith("begin:")))
 
   def unary(self) -> sympy.Expr:
     if self.at_op("-", "+"):
@@ -360,7 +523,7 @@ class _Parser:
       sign = self.take().text
       value = self.unary()
       self.depth -= 1
-      return -_expr(value) if sign == "-" else value
+      return -_operand(value) if sign == "-" else value
     return self.power()
 
   def power(self) -> sympy.Expr:
@@ -388,15 +551,35 @@ class _Parser:
       self.decimal |= "." in t.text or "e" in t.text.lower()
       return _number(t.text)
     if t.kind == "sym":
+      if t.text in FUNCTION_NAMES and self.at_op("("):
+        self.enter()
+        self.take()
+        args = self.comma_list()
+        self.expect(")")
+        self.depth -= 1
+        args = tuple(args) if is_sequence(args) else (args,)
+        return sympy.Function(t.text)(*map(_expr, args))
       return sympy.Symbol(t.text)
     if t.kind == "const":
       return _CONSTANTS[t.text]
     if t.kind == "op" and t.text in "([":
       return self.bracketed(t.text)
-    if t.kind == "op" and t.text in _CLOSE:
+    if t.kind == "op" and t.text in ("{", "set{"):
+      # Braces group one value; with a comma (or as \{ \}) they are a set.
       self.enter()
-      value = self.comma_list()
-      self.expect(_CLOSE[t.text])
+      items = self.items()
+      self.expect("}" if t.text == "{" else "set}")
+      self.depth -= 1
+      return SetOf(tuple(items)) if len(items) > 1 or t.text == "set{" else items[0]
+    if t.kind == "op" and t.text == "|":
+      self.enter()
+      value = sympy.Abs(_expr(self.sum()))
+      self.expect("|")
+      self.depth -= 1
+      return value
+    if t.kind == "op" and t.text.startswith("begin:"):
+      self.enter()
+      value = self.matrix(t.text[len("begin:"):])
       self.depth -= 1
       return value
     if t.kind == "func":
@@ -415,7 +598,7 @@ class _Parser:
     if closing.kind != "op" or closing.text not in ")]":
       raise ParseError(f"expected ')' or ']', found {closing.text!r}")
     self.depth -= 1
-    pair = isinstance(value, sympy.Tuple) and len(value) == 2
+    pair = is_sequence(value) and len(value) == 2
     if opening + closing.text == "()":
       if pair:
         self.pair_span = (start, self.pos)
@@ -425,6 +608,31 @@ class _Parser:
     if opening + closing.text == "[]":
       return value  # [x + 1] grouping, [1, 2, 3] list
     raise ParseError(f"mismatched brackets {opening}...{closing.text} around other than a pair")
+
+  def matrix(self, environment: str) -> Any:
+    """Rows of `&`-separated entries up to `\\end{environment}`; vmatrix is the determinant."""
+    rows, row = [], [_expr(self.sum())]
+    while not self.at_op("end:" + environment):
+      t = self.take()
+      if t.kind == "op" and t.text == "&":
+        row.append(_expr(self.sum()))
+      elif t.kind == "op" and t.text == "row":
+        rows.append(row)
+        row = [] if self.at_op("end:" + environment) else [_expr(self.sum())]
+      else:
+        raise ParseError(f"unexpected {t.text!r} in a matrix")
+    self.take()
+    if row:
+      rows.append(row)
+    if len({len(r) for r in rows}) != 1:
+      raise ParseError("matrix rows of different lengths")
+    value = sympy.ImmutableMatrix(rows)
+    if environment in ("vmatrix", "Vmatrix"):
+      # A symbolic determinant has n! terms: computed only up to 3x3 (numbers: any size).
+      if value.rows != value.cols or value.rows > 3 and value.free_symbols:
+        raise ParseError("a determinant of a non-square or symbolic matrix larger than 3x3")
+      return value.det() if environment == "vmatrix" else value.norm()
+    return value
 
   def function(self, name: str) -> sympy.Expr:
     if name == "frac":
@@ -481,8 +689,8 @@ def parse_math(text: str, *, percent_mode: str = "strip") -> Parsed:
   parser = _Parser(tokenize(text), percent_mode)
   try:
     value = parser.parse()
-  except (TypeError, AttributeError, sympy.SympifyError) as e:
+  except (TypeError, AttributeError, sympy.SympifyError, ShapeError, NonSquareMatrixError) as e:
     # e.g. "(1,2)*3": sympy refuses arithmetic on a Tuple.
     raise ParseError(f"ill-formed expression ({type(e).__name__})") from None
   open_pair = parser.pair_span == (0, len(parser.tokens))
-  return Parsed(value, parser.decimal, parser.percent, open_pair)
+  return Parsed(value, parser.decimal, parser.percent, open_pair, parser.bare_list)

@@ -16,7 +16,8 @@ import re
 from typing import Optional
 
 MAX_CHARS = 80
-_INT = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?!\d)|\d+)"
+# Grouping needs a non-zero leading group: "0,111" is not 111 (nor a plain number).
+_INT = r"(?:[1-9]\d{0,2}(?:,\d{3})+(?![\d,])|[1-9]\d{0,2}(?: \d{3})+(?!\d)|\d+)"
 # re.ASCII: only 0-9 are digits ("\uff11\uff17" and Arabic-Indic digits are not numbers here).
 _DECIMAL_RE = re.compile(rf"([+-]?)\s*({_INT}(?:\.\d*)?|\.\d+)\s*(%?)", re.ASCII)
 _SLASH_RE = re.compile(r"([+-]?)\s*(\d+)\s*/\s*(\d+)", re.ASCII)
@@ -67,6 +68,23 @@ def parse_plain_number(text: str) -> Optional[PlainNumber]:
     return _fraction("-" if negative else "", int(num_braced or num_digit),
                      int(den_braced or den_digit))
   return None
+
+
+_DECIMAL_COMMA_RE = re.compile(r"([+-]?)(\d+),(\d+)", re.ASCII)
+_GROUPED_RE = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+", re.ASCII)
+
+
+def parse_decimal_comma(text: str) -> Optional[PlainNumber]:
+  """"1000,99" or "0,111" read with a decimal comma, or None (also for "1,000": grouping).
+
+  Only the verifier's fallback when the other side is written with a decimal point: a comma
+  otherwise separates a list or groups thousands.
+  """
+  m = _DECIMAL_COMMA_RE.fullmatch(text) if len(text) <= MAX_CHARS else None
+  if m is None or _GROUPED_RE.fullmatch(text):
+    return None
+  value = fractions.Fraction(f"{m.group(2)}.{m.group(3)}")
+  return PlainNumber(-value if m.group(1) == "-" else value, decimal=True)
 
 
 def _fraction(sign: str, num: int, den: int) -> Optional[PlainNumber]:

@@ -12,8 +12,10 @@ go with it (leaving "^2" behind would turn 5 into 25). Every unit wrapper is tre
   * bare unit words right after a number ("18 meters", "5 cm^2", "60 km/h") are dropped with
     their exponent. Single letters ("5 m") are left alone when bare, since "m" may be a
     variable; inside a wrapper they are units.
-A percent word ("percent", "per cent", and `\%` or "%" inside a wrapper) becomes "%", so it
-follows `task.percent` exactly as "%" does.
+A percent word ("percent", "per cent", "percentage", "pct", and `\%` or "%" inside a wrapper)
+becomes "%", so it follows `task.percent` exactly as "%" does. Scale words ("hundred",
+"thousand", "million", "billion", "trillion") are never dropped: after a value, bare or in a
+wrapper, they become a factor (`5\text{ thousand}` -> `5 \cdot 10^{3}`).
 
 All patterns are linear: alternations of fixed words joined by one-character separators, run on
 text whose whitespace is already collapsed, with no two adjacent repeats that can trade characters.
@@ -60,7 +62,11 @@ def _run(unit: str, joined: str) -> str:
   return (rf"{unit}{power}(?:(?: ?/ ?{_ANY_UNIT}|(?: ?\\cdot ?| ?\* ?| per | ){joined}){power})*")
 
 
-_PERCENT_WORD = r"(?:percent|per cent|%)(?![A-Za-z])"
+_PERCENT_WORD = r"(?:percentage|percent|per cent|pct|%)(?![A-Za-z])"
+# Scale words multiply the number before them (5 thousand = 5000), in a wrapper or bare.
+SCALE_WORDS = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALE = rf"(?:{_words(SCALE_WORDS)})s?(?![A-Za-z])"
+_WRAPPED_SCALE_RE = re.compile(rf" ?({_SCALE}) ?", re.ASCII)
 _WRAPPED_PERCENT_RE = re.compile(rf" ?{_PERCENT_WORD} ?", re.ASCII)
 _WRAPPED_UNIT_RE = re.compile(rf" ?{_run(_ANY_UNIT, _ANY_UNIT)} ?", re.ASCII)
 # Content may hold one level of braces: \mathrm{m s^{-1}}.
@@ -116,6 +122,9 @@ def _wrapped(m: re.Match) -> str:
   wrapper, content, exponent = m.group(1), m.group(2), m.group(3) or ""
   if _WRAPPED_PERCENT_RE.fullmatch(content):
     return "%"
+  scale = _WRAPPED_SCALE_RE.fullmatch(content)
+  if scale:
+    return _scaled(scale.group(1)) + exponent
   if wrapper in _TEXT_WRAPPERS:
     return " "  # a unit or a comment after a value ("\text{ (rounded)}"), with its exponent
   if _WRAPPED_UNIT_RE.fullmatch(content) and _after_value(m.string, m.start()):
@@ -123,8 +132,15 @@ def _wrapped(m: re.Match) -> str:
   return content + exponent  # maths in roman type: \mathrm{e}^{x}, \operatorname{min}(a, b)
 
 
+def _scaled(word: str) -> str:
+  return rf" \cdot 10^{{{SCALE_WORDS[word.lower().rstrip('s')]}}}"
+
+
 def _bare(m: re.Match) -> str:
   return "%" if m.group(1) else ""
+
+
+_BARE_SCALE_RE = re.compile(rf"(?<=[\d}}]) ?({_SCALE})", re.ASCII)
 
 
 def drop_units(text: str) -> str:
@@ -139,4 +155,5 @@ def drop_units(text: str) -> str:
     "28 percent" -> "28%", "\\mathrm{e}^{x}" unchanged but unwrapped to "e^{x}".
   """
   text = _WRAPPER_RE.sub(_wrapped, text)
+  text = _BARE_SCALE_RE.sub(lambda m: _scaled(m.group(1)), text)
   return _BARE_RE.sub(_bare, text)

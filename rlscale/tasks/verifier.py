@@ -8,8 +8,13 @@ extracted answer) and never raises. Steps:
   3. Normalisation (`rlscale.tasks.normalize`).
   4. Fast path: both sides plain numbers -> exact `Fraction` comparison (tolerance for decimals).
      Identical text -> 1. Word references ("Paris") -> case-insensitive text comparison.
+     A reference with several `\\boxed{}` is the set of all of them; a response then gives
+     all of its boxes as one set.
   5. Otherwise sympy equivalence (`rlscale.tasks.equivalence`) in the worker process with a hard
      `timeout_s` limit (`rlscale.tasks.worker`); results are cached per (answer, reference).
+     A reference the parser cannot read is compared as text only when it is text (words,
+     letters, multiple choice: `normalize.is_text_answer`), case-sensitively unless it has a
+     word; other unreadable maths scores 1 only as identical text.
 This module imports neither sympy nor JAX, so `python -m rlscale.verify` answers in about a second.
 """
 
@@ -152,6 +157,11 @@ def compare(answer: str, reference: str, config: VerifierConfig) -> tuple[bool, 
   if not a:
     return False, "empty answer"
   pa, pr = numbers.parse_plain_number(a), numbers.parse_plain_number(r)
+  # "1000,99" against "1000.99": a decimal comma, read only against a decimal point.
+  if pa is None and pr is not None and pr.decimal:
+    pa = numbers.parse_decimal_comma(a)
+  elif pr is None and pa is not None and pa.decimal:
+    pr = numbers.parse_decimal_comma(r)
   if pa is not None and pr is not None:
     if numbers.plain_numbers_equal(pa, pr, rel_tol=config.rel_tol, percent=config.percent):
       return True, "equal numbers"
@@ -171,8 +181,10 @@ def _compare_general(a: str, r: str, config: VerifierConfig) -> tuple[bool, str]
     same = normalize.text_key(a) == normalize.text_key(r)
     return same, "same text" if same else "different text"
   equal, reason = _compare_in_worker(a, r, config)
-  if equal is None:  # the reference is not mathematics we parse: compare as text
-    same = normalize.text_key(a) == normalize.text_key(r)
+  if equal is None:  # the reference is not mathematics we parse
+    if not normalize.is_text_answer(r):
+      return False, reason  # maths we cannot read: only identical text (above) scores
+    same = normalize.text_key(a, r) == normalize.text_key(r, r)
     return same, "same text" if same else f"different text ({reason})"
   return equal, reason if equal else f"{_short(a)} != {_short(r)} ({reason})"
 
@@ -196,6 +208,14 @@ def verify(response: str, reference: str,
       return Score(0.0, failure, None)
     if not isinstance(reference, str):
       return Score(0.0, f"reference is not a string ({type(reference).__name__})", answer)
+    reference_text = extract.reference_answer(reference)
+    if extract.has_several_items(normalize.normalize_answer(reference_text)):
+      boxes = extract.all_boxed(response)
+      if len(boxes) >= 2:  # a reference of several items: every box of the response counts
+        answer = extract.as_set(boxes)
+        if len(answer) > config.max_answer_chars:
+          return Score(0.0, f"answer too long ({len(answer)} > {config.max_answer_chars} chars)",
+                       None)
     equal, reason = compare(answer, reference, config)
     return Score(1.0 if equal else 0.0, ("correct: " if equal else "wrong: ") + reason, answer)
   except Exception as e:  # pylint: disable=broad-except (the training loop must never see one)

@@ -34,6 +34,14 @@ def _hostile(marker):
       r"\boxed{" + r"(0,1)\cup" * 60 + "(0,1)}", r"\boxed{" + "[" * 5000 + "}",
       r"\boxed{" + r"[1,\infty)\cup" * 20 + "[1, 2]}", "1 " + "cm/" * 20_000,
       r"\boxed{5\text{ cm}^{" + "9" * 400 + "}}",
+      # issue 23's kinds: relations, sets, matrices, several boxes, math spans
+      r"\boxed{" + "x < " * 100 + "1}", r"\boxed{\{" + "1," * 120 + r"1\}}",
+      r"\boxed{1}" * 6000, r"\boxed{" + "(1,2)," * 60 + "(1,2)}", "\\(" * 30_000,
+      r"\boxed{\begin{vmatrix}" + r" \\ ".join(
+          " & ".join("abcdefghijklmnopqrstuvwxy"[5 * i + j] for j in range(5)) for i in range(5))
+      + r"\end{vmatrix}}",
+      r"\boxed{\begin{pmatrix}" + "9^{9} & " * 60 + r"9\end{pmatrix}^{9}}",
+      r"\boxed{" + "|" * 200 + "}", r"\boxed{" + "x_{1}" * 100 + "}",
   ]
 
 

@@ -85,12 +85,17 @@ def test_deeply_nested_boxes_unwrap_to_the_innermost_answer_without_recursion():
     ("last_number", "1" + " " * 100_000 + "/", "1"),
     ("boxed", "\\boxed{" * 20_000, extract.ExtractionError),
     ("boxed", "\\boxed x " * 20_000, "x"),
-    ("last_number", "1e" * 50_000, "1"),
-    ("last_number", "1 \\times 10^" * 10_000, "10"),  # the final "10^" has no exponent
+    ("last_number", "1e" * 50_000, None),  # the last 1 is a factor of 1e
+    ("last_number", "1 \\times 10^" * 10_000, None),  # the final 10 is a base of "10^"
     ("last_number", r"5\text{ cm}^" * 20_000 + "2", None),  # only the last 64 numbers count
     ("last_number", "5 cm^" * 20_000 + "2", None),
     ("last_number", "5 cm^" * 63 + "2", "5"),
     ("last_number", "1" + " " * 100_000 + "percent", "1"),  # a percent word is one space away
+    # math spans: unclosed delimiters are searched for once per kind
+    ("last_number", "\\(x " * 20_000 + "so 1", "1"),
+    ("last_number", "$" * 100_000, None),
+    ("last_number", "$1$ " * 20_000, "1"),
+    ("last_number", "\\[ " * 20_000 + "$2$", "2"),
 ])
 def test_pathological_shapes_stay_linear(name, text, expected):
   fn = extract._FUNCTIONS[name]  # pylint: disable=protected-access
@@ -110,18 +115,24 @@ def _swallow(fn, text):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("17", "17"), ("a -3", "-3"), ("3-5", "5"), ("1,234.5 then", "1,234.5"),
+    ("17", "17"), ("a -3", "-3"), ("3-5", None), ("1,234.5 then", "1,234.5"),
     ("rate 3/4", "3/4"), ("50%", "50%"), (r"is \frac{1}{2}", r"\frac{1}{2}"),
     ("x2", None), ("\uff11\uff17", None), ("v1.5", None), ("", None),
     # scientific notation is one number; a percent word or \\% stays with its number
     ("The probability is 1e-1.", "1e-1"), ("6.02E23 atoms", "6.02E23"), ("3.0e+8", "3.0e+8"),
-    (r"c = 3 \times 10^{8} m/s", r"3 \times 10^{8}"), (r"1.5\cdot10^-3", r"1.5\cdot10^-3"),
-    ("5 \u00d7 10^3", "5 \u00d7 10^3"), ("2e5x", "2"), ("x = 3e", "3"), ("v1e5", None),
+    (r"c = 3 \times 10^{8} m/s", r"c = 3 \times 10^{8}"), (r"1.5\cdot10^-3", r"1.5\cdot10^-3"),
+    ("5 \u00d7 10^3", "5 \u00d7 10^3"), ("2e5x", None), ("x = 3e", None), ("v1e5", None),
     ("it is 28 percent", "28 percent"), ("50 per cent off", "50 per cent"), (r"28\% of", r"28\%"),
     ("28 percentile", "28"),
     # the exponent of a unit is not a number of its own
     ("The area is 5 cm^2.", "5"), (r"so 5\text{ cm}^{2}", "5"), ("3 km ^ {-1}", "3"),
-    ("x^2", "2"), ("8 m^3", "3"),  # a bare letter may be a variable
+    ("x^2", None), ("8 m^3", None),  # a bare letter may be a variable: m^3 is an expression
+    # never a number out of a larger expression: the whole math span, or nothing in prose
+    (r"$\frac{1+\sqrt{5}}{2}$", r"\frac{1+\sqrt{5}}{2}"), (r"$-[0,1)$", "-[0,1)"),
+    ("is 2/3.", "2/3"), ("3 + 4", None), ("(12, 102)", None), ("2^{10}", None),
+    (r"\sqrt 4", None), ("3 + 4 = 7", "3 + 4 = 7"), ("so x = 2*3 = 6.", "x = 2*3 = 6"), (r"so $x = 5$ here", "x = 5"),
+    (r"1 and then $\frac13$", r"\frac13"), ("<answer>12", "12"), ("it is .5", ".5"),
+    ("1 000 apples", "1 000"),
 ])
 def test_last_number(text, expected):
   assert extract.last_number(text) == expected
@@ -147,6 +158,42 @@ def test_reference_answer():
   assert extract.reference_answer("48/2 = 24\n#### 72") == "72"
   assert extract.reference_answer(r"so $\boxed{\frac{1}{2}}$.") == r"\frac{1}{2}"
   assert extract.reference_answer(" 17 ") == "17"
+  # Several boxes are all the answer (the last box alone was taken before issue 23).
+  assert extract.reference_answer(r"\(\boxed{1}\) and \(\boxed{-2}\).") == r"\{1, -2\}"
+  assert extract.reference_answer(r"\boxed{\boxed{3}} \boxed{4}") == r"\{3, 4\}"
+  # Minerva's "final answer" line, in a reference without a box or ####.
+  assert extract.reference_answer(
+      "so 72%. Final Answer: The final answer is $28 \\%$. I hope it is correct.") == r"28 \%"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"\boxed{1} and \boxed{2}", ["1", "2"]),
+    (r"\boxed{\boxed{1}+1} \fbox{x}", [r"\boxed{1}+1", "x"]),  # an inner box is content
+    (r"\boxed 7, \boxed{\boxed{8}}", ["7,", "8"]),
+    (r"\boxed{1} \boxed{2", ["1"]),  # an unclosed box ends the list
+    ("none", []),
+])
+def test_all_boxed(text, expected):
+  assert extract.all_boxed(text) == expected
+
+
+@pytest.mark.parametrize("text, spans", [
+    (r"a $x$ b $$y$$ \(z\) \[w\]", ["x", "y", "z", "w"]),
+    (r"costs \$5 and $x = 1$", ["x = 1"]),  # an escaped dollar is not a delimiter
+    (r"$ \frac{1}{2} \$ = 3 $", [r" \frac{1}{2} \$ = 3 "]),
+    (r"\( a \( b \) $c", [r" a \( b "]),  # the unclosed $ gives no span
+    ("no maths", []),
+])
+def test_math_spans(text, spans):
+  assert [text[a:b] for a, b in extract.math_spans(text)] == spans
+
+
+@pytest.mark.parametrize("text, several", [
+    ("1, 2", True), ("(1, 2)", False), (r"\{1, 2\}", True), ("{2, 3}", True), ("1;2", True),
+    ("[0, 1]", False), ("12", False), (r"\frac{1}{2}", False),
+])
+def test_has_several_items(text, several):
+  assert extract.has_several_items(text) is several
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -283,7 +283,163 @@ PERCENT_WORD_ROWS = [
     (r"\boxed{0.5}", "50 percent", 1, PCT),
     (r"\boxed{40 percent}", "0.5", 0, PCT),
 ]
-NEW_KIND_ROWS = INTERVAL_ROWS + UNIT_ROWS + SCIENTIFIC_ROWS + PERCENT_WORD_ROWS
+# Issue 23, item 1: each kind of false positive, with mutated wrong answers that must score 0
+# (a digit changed, a term dropped, a box removed from a multi-box reference). "was 1" marks
+# rows the old verifier rewarded.
+LAST_NUMBER_ROWS = [
+    (r"$\frac{1+\sqrt{5}}{2}$", "2", 0, {}),  # was 1: the denominator inside \frac
+    (r"$\frac{1+\sqrt{5}}{2}$", r"\frac{1+\sqrt{5}}{2}", 1, {}),
+    (r"$\frac{1+\sqrt{6}}{2}$", r"\frac{1+\sqrt{5}}{2}", 0, {}),
+    (r"$-[0,1)$", "1", 0, {}),  # was 1: an endpoint of an interval
+    ("The probability is 2/3.", "3", 0, {}),  # was 1: a/b before a period
+    ("The probability is 2/3.", "2/3", 1, {}),
+    ("The probability is 2/5.", "2/3", 0, {}),
+    ("so the answer is 2^{10}", "10", 0, {}),  # was 1: an exponent
+    ("the total is 3 + 4", "4", 0, {}),  # was 1: a term of a sum
+    ("the total is 3 + 4 = 7", "7", 1, {}),
+    ("the total is 3 + 4 = 8", "7", 0, {}),
+    ("the total is 4 + 4 = 7", "7", 0, {}),  # was 1: a false equation in prose
+    ("so x = 2 * 3 = 6.", "6", 1, {}),
+    ("the point is (12, 102)", "102", 0, {}),  # was 1: a coordinate of a pair
+    (r"Thus $x = 5$ is the answer.", "5", 1, {}),
+    (r"Thus $x = 6$ is the answer.", "5", 0, {}),
+    (r"We find that $x \approx 11$", "11", 1, {}),  # a math span after the last number
+]
+MULTI_BOX_ROWS = [
+    (r"\boxed{-2, 1}", r"\(\boxed{1}\) and \(\boxed{-2}\).", 1, {}),
+    (r"\boxed{-2}", r"\(\boxed{1}\) and \(\boxed{-2}\).", 0, {}),  # was 1: a box removed
+    (r"\boxed{1}", r"\(\boxed{1}\) and \(\boxed{-2}\).", 0, {}),
+    (r"\boxed{1} and \boxed{-2}", r"\boxed{1}, \boxed{-2}", 1, {}),
+    (r"\boxed{1} and \boxed{-3}", r"\boxed{1}, \boxed{-2}", 0, {}),
+    (r"\boxed{-2, 1, 3}", r"\boxed{1}, \boxed{-2}", 0, {}),
+    (r"\boxed{(1, 2)}, \boxed{(2, 1)}", "(2, 1), (1, 2)", 1, {}),
+    (r"\boxed{(1, 2)}", "(2, 1), (1, 2)", 0, {}),
+]
+SCALE_WORD_ROWS = [
+    (r"\boxed{5\text{ thousand}}", "5", 0, {}),  # was 1: the scale word vanished
+    (r"\boxed{5\text{ thousand}}", "5000", 1, {}),
+    (r"\boxed{6\text{ thousand}}", "5000", 0, {}),
+    (r"\boxed{2.5 \text{ million}}", "2500000", 1, {}),
+    (r"\boxed{2.5 million}", "2.5", 0, {}),
+    (r"\boxed{3\mbox{ billion}}", "3000000000", 1, {}),
+]
+TEXT_FALLBACK_ROWS = [
+    (r"\boxed{\overline{ab}}", r"\overline{AB}", 0, {}),  # was 1: unreadable maths as text
+    (r"\boxed{\overline{AB}}", r"\overline{AB}", 1, {}),  # identical text
+    (r"\boxed{a'}", "A'", 0, {}),  # was 1: a single letter keeps its case
+    (r"\boxed{A'}", "A'", 1, {}),
+    (r"\boxed{\text{regular hexagon}}", r"\text{Regular Hexagon}", 1, {}),  # words: any case
+]
+GROUPING_ROWS = [
+    (r"\boxed{0,111}", "111", 0, {}),  # was 1: a zero leading group is not grouping
+    (r"\boxed{(12,102)}", "12102", 0, {}),  # was 1: a comma in brackets separates
+    (r"\boxed{(12,102)}", "(12, 102)", 1, {}),
+    (r"\boxed{12,102}", "12102", 1, {}),
+    (r"\boxed{1000,99}", "1000.99", 1, {}),  # a decimal comma, against a decimal point only
+    (r"\boxed{1000,98}", "1000.99", 0, {}),
+    (r"\boxed{1,220}", "1.22", 0, {}),  # three digits after the comma: 1220
+]
+# Issue 23, item 2: answer kinds of real math data sets.
+RELATION_ROWS = [
+    (r"\boxed{x \geq 5}", "x >= 5", 1, {}),
+    (r"\boxed{5 \geq x}", r"x \leq 5", 1, {}),  # sides swapped
+    (r"\boxed{5 \geq x}", r"x \geq 5", 0, {}),
+    (r"\boxed{x \le 6}", r"x \leq 5", 0, {}),
+    (r"\boxed{-x > -1}", "x < 1", 1, {}),
+    (r"\boxed{-x \ge -1}", "x < 1", 0, {}),
+    (r"\boxed{x \neq 3}", "x != 3", 1, {}),
+    (r"\boxed{x \ne 4}", r"x \neq 3", 0, {}),
+    (r"\boxed{x \le 5}", r"(-\infty, 5]", 1, {}),  # an inequality against an interval
+    (r"\boxed{x < 5}", r"(-\infty, 5]", 0, {}),
+    (r"\boxed{-2 \le x < 7}", "[-2, 7)", 1, {}),
+    (r"\boxed{-2 \le x \le 7}", "[-2, 7)", 0, {}),
+    (r"\boxed{(-793, 10)}", "-793 < a < 10", 1, {}),
+    (r"\boxed{(-793, 11)}", "-793 < a < 10", 0, {}),
+    (r"\boxed{z \in [-\frac{3}{2}, -1] \cup [1, \frac{3}{2}]}", r"1 \leq |z| \leq \frac{3}{2}", 1,
+     {}),
+    (r"\boxed{z \in [-2, -1] \cup [1, \frac{3}{2}]}", r"1 \leq |z| \leq \frac{3}{2}", 0, {}),
+    (r"\boxed{f(4) > f(1) > f(2)}", "f(2) < f(1) < f(4)", 1, {}),
+    (r"\boxed{f(3) < f(1) < f(4)}", "f(2) < f(1) < f(4)", 0, {}),  # f(3) is not 3f
+]
+EQUATION_ROWS = [
+    (r"\boxed{y = -\frac{1}{2}x + \frac{3}{4}}", "2x + 4y - 3 = 0", 1, {}),  # a factor of 4
+    (r"\boxed{y = -\frac{1}{2}x + \frac{3}{2}}", "2x + 4y - 3 = 0", 0, {}),
+    (r"\boxed{10 = 2x}", "x = 5", 1, {}),
+    (r"\boxed{10 = 3x}", "x = 5", 0, {}),
+    (r"\boxed{1}", "f(x) = 1", 1, {}),  # labelled answers
+    (r"\boxed{2}", "f(x) = 1", 0, {}),
+    (r"\boxed{f(x) = 1}", "1", 1, {}),
+    (r"\boxed{g(x) = 1}", "f(x) = 1", 0, {}),
+    (r"\boxed{(3, 2)}", "(p, q) = (3, 2)", 1, {}),
+    (r"\boxed{(2, 3)}", "(p, q) = (3, 2)", 0, {}),
+    (r"\boxed{1}", "|AB| = 1", 1, {}),
+    (r"\boxed{3}", r"\sqrt{x} = 3", 0, {}),  # a function of x is no name: x = 9
+    (r"\boxed{\frac{1}{\sqrt{6}}}", r"\frac{NO}{BO} = \frac{1}{\sqrt{6}}", 1, {}),
+    (r"\boxed{7:32}", r"S_{MBCN}:S = 7:32", 1, {}),
+    (r"\boxed{7:33}", r"S_{MBCN}:S = 7:32", 0, {}),
+    (r"\boxed{4, 5}", "AB = 4, CD = 5", 1, {}),
+    (r"\boxed{4, 6}", "AB = 4, CD = 5", 0, {}),
+    (r"\boxed{a_{37} = 19, a_3 = 2}", "a_3 = 2, a_{37} = 19", 1, {}),
+    (r"\boxed{a_{37} = 18, a_3 = 2}", "a_3 = 2, a_{37} = 19", 0, {}),
+    (r"\boxed{x = 5 + 5 + 1 = 11}", "11", 1, {}),  # a true chain
+    (r"\boxed{x = 5 + 5 + 2 = 11}", "11", 0, {}),  # a false link
+    (r"\boxed{x = 5 + 5 + 1 = 7 = 11}", "x = 11", 0, {}),
+    (r"\boxed{x = \frac{1}{3} \approx 0.333}", "1/3", 1, {}),
+    (r"\boxed{x = \frac{1}{3} \approx 1.3}", "1/3", 0, {}),
+    (r"\boxed{x = \frac{1}{3} \approx 0.343}", "1/3", 0, {}),  # 3% off
+    (r"\boxed{12:00}", "1:00", 0, {}),  # a ratio by zero is undefined, not equal
+]
+SET_ROWS = [
+    (r"\boxed{\{3, 1\}}", r"\{1, 3\}", 1, {}),
+    (r"\boxed{\{3, 2\}}", r"\{1, 3\}", 0, {}),
+    (r"\boxed{\{1\}}", r"\{1, 3\}", 0, {}),
+    (r"\boxed{3, 1}", r"\{1, 3\}", 1, {}),  # a bare list against a set
+    (r"\boxed{(3, 1)}", r"\{1, 3\}", 0, {}),  # a tuple is not a set
+    (r"\boxed{2, 1}", "1, 2", 0, {}),  # ordered lists in order
+    (r"\boxed{(2, 1), (1, 2)}", "(1, 2), (2, 1)", 1, {}),  # a list of solutions has no order
+    (r"\boxed{(2, 1), (1, 3)}", "(1, 2), (2, 1)", 0, {}),
+    (r"\boxed{-2021, 2021}", r"\pm 2021", 1, {}),
+    (r"\boxed{2021}", r"\pm 2021", 0, {}),
+    (r"\boxed{6, 8}", r"6 \text{ and } 8", 1, {}),
+    (r"\boxed{6, 9}", r"6 \text{ and } 8", 0, {}),
+    (r"\boxed{-10, -8, 4}", r"a = 4, -8, -10", 1, {}),
+    (r"\boxed{-10, -8, 5}", r"a = 4, -8, -10", 0, {}),
+    (r"\boxed{(7, 2), (5, 2)}", "p=5,q=2;p=7,q=2", 1, {}),  # ";" separates solutions
+    (r"\boxed{(7, 2), (5, 3)}", "p=5,q=2;p=7,q=2", 0, {}),
+]
+MATRIX_ROWS = [
+    (r"\boxed{\begin{pmatrix}1 & 0 \\ 0 & 1\end{pmatrix}}",
+     r"\begin{bmatrix}1 & 0 \\ 0 & 1\end{bmatrix}", 1, {}),
+    (r"\boxed{\begin{pmatrix}1 & 0 \\ 2 & 1\end{pmatrix}}",
+     r"\begin{bmatrix}1 & 0 \\ 0 & 1\end{bmatrix}", 0, {}),
+    (r"\boxed{\left[\begin{array}{cc}1 & 2 \\ 3 & 4\end{array}\right]}",
+     r"\begin{pmatrix}1 & 2 \\ 3 & 4\end{pmatrix}", 1, {}),
+    (r"\boxed{\begin{pmatrix}1 & 2\end{pmatrix}}", r"\begin{pmatrix}1 \\ 2\end{pmatrix}", 0, {}),
+    (r"\boxed{\begin{vmatrix}1 & 2 \\ 3 & 4\end{vmatrix}}", "-2", 1, {}),  # a determinant
+    (r"\boxed{\begin{vmatrix}1 & 2 \\ 3 & 4\end{vmatrix}}", "2", 0, {}),
+    (r"The sum is $\begin{pmatrix}1 & 2 \\ 3 & 4\end{pmatrix} + \begin{pmatrix}5 & 6 \\ 7 & 8"
+     r"\end{pmatrix}$", r"\begin{pmatrix}6 & 8 \\ 10 & 12\end{pmatrix}", 1, {}),
+    (r"The sum is $\begin{pmatrix}1 & 2 \\ 3 & 4\end{pmatrix} + \begin{pmatrix}5 & 6 \\ 7 & 8"
+     r"\end{pmatrix}$", r"\begin{pmatrix}6 & 8 \\ 10 & 13\end{pmatrix}", 0, {}),
+]
+NOTATION_ROWS = [
+    (r"\boxed{\cfrac{1}{3}}", "1/3", 1, {}),
+    (r"\boxed{\cfrac{1}{4}}", "1/3", 0, {}),
+    (r"\boxed{28 pct}", r"28\%", 1, {}),
+    (r"\boxed{28 percentage}", r"28\%", 1, {}),
+    (r"\boxed{27 pct}", r"28\%", 0, {}),
+    (r"\boxed{11,\! 111,\! 100}", "11111100", 1, {}),
+    (r"\boxed{11,\! 111,\! 101}", "11111100", 0, {}),
+    ("so it is 14{,}916.", "14916", 1, {}),  # separators in prose: one number
+    ("so it is 14{,}916.", "916", 0, {}),  # was 1: the last group
+    (r"is 32,\! 349", "32349", 1, {}),
+    (r"is 32,\! 349", "349", 0, {}),
+]
+ISSUE23_FALSE_POSITIVE_ROWS = (LAST_NUMBER_ROWS + MULTI_BOX_ROWS + SCALE_WORD_ROWS +
+                               TEXT_FALLBACK_ROWS + GROUPING_ROWS)
+ISSUE23_KIND_ROWS = RELATION_ROWS + EQUATION_ROWS + SET_ROWS + MATRIX_ROWS + NOTATION_ROWS
+NEW_KIND_ROWS = (INTERVAL_ROWS + UNIT_ROWS + SCIENTIFIC_ROWS + PERCENT_WORD_ROWS +
+                 ISSUE23_FALSE_POSITIVE_ROWS + ISSUE23_KIND_ROWS)
 ROWS = ROWS + NEW_KIND_ROWS
 
 
@@ -394,6 +550,60 @@ MATH_VERIFY_DISAGREEMENTS = {
     (r"\boxed{28 percent}", "0.28"):
         "math-verify always reads x percent as x/100; ours does so only where the task says so "
         "(percent=True), exactly as for the % sign (see the PCT rows).",
+    # Issue 23's kinds (rerun with math-verify 0.9.0): math-verify rewards these wrong answers.
+    (r"\boxed{x = 5 + 5 + 1 = 7 = 11}", "x = 11"):
+        "math-verify compares the last value of a chain; 11 = 7 is a false link, so the response "
+        "states a falsehood and scores 0.",
+    (r"\boxed{x = 5 + 5 + 2 = 11}", "11"):
+        "same: the link 5 + 5 + 2 = 11 is false.",
+    (r"\boxed{x = \frac{1}{3} \approx 1.3}", "1/3"):
+        "1.3 is no approximation of 1/3 (\\approx holds within 1%); math-verify ignores it.",
+    (r"\boxed{x = \frac{1}{3} \approx 0.343}", "1/3"):
+        "same: 0.343 is 3% off 1/3.",
+    ("the total is 4 + 4 = 7", "7"):
+        "math-verify takes the last number 7 of a false equation; in prose the equation before "
+        "the number is part of the final expression, and its link 4 + 4 = 7 is false.",
+    ("the point is (12, 102)", "102"):
+        "math-verify takes the last number 102 out of the pair (12, 102); a coordinate of a "
+        "pair is not the answer.",
+    (r"\boxed{\overline{ab}}", r"\overline{AB}"):
+        "math-verify lower-cases unparsed text; AB and ab are different segments.",
+    (r"\boxed{a'}", "A'"):
+        "same: a single letter keeps its case.",
+    (r"\boxed{5\text{ thousand}}", "5"):
+        "math-verify drops the scale word like a unit; 5 thousand is 5000.",
+    (r"\boxed{2, 1}", "1, 2"):
+        "math-verify compares lists as sets; an ordered list (not written as a set, not a list "
+        "of solutions) is compared in order.",
+    (r"\boxed{(3, 1)}", r"\{1, 3\}"):
+        "a tuple is not a set; math-verify matches the pair (3, 1) to the set {1, 3}.",
+    # ... and refuses these right ones.
+    (r"\boxed{5\text{ thousand}}", "5000"):
+        "math-verify drops the scale word; 5 thousand is 5000.",
+    (r"\boxed{2.5 \text{ million}}", "2500000"):
+        "same for million.",
+    (r"\boxed{3\mbox{ billion}}", "3000000000"):
+        "same for billion.",
+    (r"\boxed{1000,99}", "1000.99"):
+        "a comma followed by two digits is a decimal comma against a reference with a decimal "
+        "point; math-verify reads it here only in its expression (non-LaTeX) extraction.",
+    (r"\boxed{x \le 5}", r"(-\infty, 5]"):
+        "an inequality in one variable is the interval it describes (math-verify: only with "
+        "allow_set_relation_comp).",
+    (r"\boxed{-2 \le x < 7}", "[-2, 7)"):
+        "same: -2 <= x < 7 is [-2, 7).",
+    (r"\boxed{10 = 2x}", "x = 5"):
+        "equations equal up to a constant factor and with sides swapped (10 = 2x is x = 5).",
+    (r"\boxed{f(4) > f(1) > f(2)}", "f(2) < f(1) < f(4)"):
+        "the same chain written from the other side; math-verify compares relations only as "
+        "written.",
+    ("so it is 14{,}916.", "14916"):
+        "math-verify takes the last digit group 916 out of 14{,}916 in prose; LaTeX digit "
+        "separators join groups into one number.",
+    (r"is 32,\! 349", "32349"):
+        "same for ,\\! between groups.",
+    (r"is 32,\! 349", "349"):
+        "the wrong side of the same rule: math-verify rewards the last group 349.",
 }
 
 

@@ -10,8 +10,12 @@ import pytest
 from rlscale import verify
 from rlscale.tasks import verifier
 from tests.tasks.test_verifier_table import INTERVAL_ROWS
+from tests.tasks.test_verifier_table import LAST_NUMBER_ROWS
+from tests.tasks.test_verifier_table import MATRIX_ROWS
+from tests.tasks.test_verifier_table import MULTI_BOX_ROWS
 from tests.tasks.test_verifier_table import NEW_KIND_ROWS
 from tests.tasks.test_verifier_table import PERCENT_WORD_ROWS
+from tests.tasks.test_verifier_table import RELATION_ROWS
 from tests.tasks.test_verifier_table import SCIENTIFIC_ROWS
 from tests.tasks.test_verifier_table import UNIT_ROWS
 from tests.timeouts import hang_timeout
@@ -79,7 +83,8 @@ def test_cli_main_answers_as_the_api_for_every_new_row(row, capsys):
 
 
 @pytest.mark.parametrize("row", [INTERVAL_ROWS[1], UNIT_ROWS[0], SCIENTIFIC_ROWS[0],
-                                 PERCENT_WORD_ROWS[2]])
+                                 PERCENT_WORD_ROWS[2], LAST_NUMBER_ROWS[0], MULTI_BOX_ROWS[1],
+                                 RELATION_ROWS[1], MATRIX_ROWS[0]])
 def test_cli_process_answers_as_the_api_for_each_new_kind(row):
   code, out = _run(*_cli_args(row))
   assert code == 0 and json.loads(out) == _api(row)
