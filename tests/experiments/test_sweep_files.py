@@ -39,6 +39,16 @@ def test_design_spans_16x_with_a_factor_2_grid_containing_none_and_sqrt(tmp_path
   assert {sweep.warm_start_signature(r.config) for r in runs}.__len__() == 2
 
 
+def test_target_is_stated_five_standard_errors_above_the_warm_start():
+  # Warm start 0.509 on the 841 held-out prompts (measured before the study's runs):
+  # SE = sqrt(0.509 x 0.491 / 841) = 0.01724; (0.60 - 0.509) / 0.01724 = 5.3.
+  from rlscale.scaling import target
+  stated = sweep.get_target(BATCH_LR, None)
+  assert stated == {"metric": "eval/greedy_accuracy", "value": 0.60}
+  assert target.standard_errors_above(0.60, 0.509, MODULE.HELD_OUT_QUESTIONS) >= 5
+  assert sweep.get_target(BATCH_LR, "pilot") is None
+
+
 def test_pilot_runs_are_runs_of_the_study(tmp_path):
   _, study, _ = sweep.plan_sweep(BATCH_LR, str(tmp_path))
   _, pilot, _ = sweep.plan_sweep(BATCH_LR, str(tmp_path), arg="pilot")
