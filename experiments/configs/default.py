@@ -97,7 +97,8 @@ def get_config(arg=None):
   config.task.overlong_max_len = ml_collections.config_dict.placeholder(int)
   config.task.overlong_cache_len = ml_collections.config_dict.placeholder(int)
   # Cache folder for source="local_math"'s prepared TFDS data, keyed by the file's content hash
-  # (None = $XDG_CACHE_HOME/rlscale/tfds, i.e. ~/.cache/rlscale/tfds; shared by runs and sweeps).
+  # (None = $RLSCALE_HOME/tfds when that environment variable is set, else
+  # $XDG_CACHE_HOME/rlscale/tfds, i.e. ~/.cache/rlscale/tfds; shared by runs and sweeps).
   config.task.data_dir = ml_collections.config_dict.placeholder(str)
 
   # --- Rollouts.
@@ -240,7 +241,15 @@ def get_config(arg=None):
   if arg == "smoke":
     # Marks the run as a pipeline check: its closing line says so (no learning is expected).
     config.smoke = True
-    config.sft.steps = 30
+    # A warm start that leaves both right and wrong answers in most groups, so the smoke run's
+    # update (and DAPO's dynamic sampling, the custom-loss notebook) works on a real signal:
+    # sums of two one-digit numbers after 60 SFT steps at 3e-3 give ~10-30% held-out accuracy and
+    # reward variance in 50-75% of the G = 4 groups (a 30-step warm start on the main task
+    # left nearly every group all wrong, so most smoke updates had zero advantages).
+    config.task.kwargs.min_terms = 2
+    config.task.kwargs.max_terms = 2
+    config.sft.steps = 60
+    config.sft.learning_rate = 3e-3
     config.rl.prompts_per_step = 4
     config.rl.group_size = 4
     config.train.total_steps = 6

@@ -119,11 +119,14 @@ def plan(base_config, sweep_runs: Sequence[dict[str, Any]], workdir: str) -> lis
   cache_dir = os.path.abspath(os.path.join(workdir, SFT_DIR))
   runs: list[Run] = []
   by_signature: dict[str, Run] = {}
-  for name, overrides in zip(names, sweep_runs):
+  for index, (name, overrides) in enumerate(zip(names, sweep_runs)):
     overrides = dict(overrides)
     if "sft.cache_dir" not in overrides and not base_config.sft.cache_dir:
       overrides["sft.cache_dir"] = cache_dir
-    config = hyper.apply_overrides(base_config, overrides)
+    try:
+      config = hyper.apply_overrides(base_config, overrides)
+    except ValueError as e:  # say which run of the sweep file the bad override belongs to
+      raise ValueError(f"sweep run {index} ({name}): {e}") from None
     signature = effective_signature(config)
     if signature in by_signature:
       by_signature[signature].aliases.append(name)

@@ -104,8 +104,8 @@ def expressions_equal(a: sympy.Expr, b: sympy.Expr, *, rel_tol: float,
     rel_tol: relative tolerance used when `decimal` is True.
     decimal: either side was written with a decimal number.
   """
-  if a == b:
-    return True, "identical"
+  if a == b:  # equal sympy trees, not equal texts: 1e3 and 1000, sqrt(8) and 2 sqrt(2)
+    return True, "same expression after parsing"
   if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
     return False, "undefined value (division by zero)"
   tol = max(sympy.Float(rel_tol, 50), _EXACT_TOL) if decimal else _EXACT_TOL
