@@ -94,7 +94,8 @@ def state_table(sizes=tuple(QWEN3_SIZES)) -> tuple[list[dict], str]:
     train = r["params_gib"] + r["adam_gib"] + r["gradients_gib"]
     lines.append(f"| {r['model']} | {r['params_billion']:.2f}B | {r['params_gib']:.1f} GiB | "
                  f"{r['adam_gib']:.1f} GiB | {r['reference_gib']:.1f} GiB | "
-                 f"{r['gradients_gib']:.1f} GiB | {train:.1f} GiB | {r['ppo_critic_gib']:.1f} GiB |")
+                 f"{r['gradients_gib']:.1f} GiB | {train:.1f} GiB | "
+                 f"{r['ppo_critic_gib']:.1f} GiB |")
   return rows, "\n".join(lines)
 
 

@@ -2,7 +2,7 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Tests choose where data and scratch folders go (tmp_path); a user's RLSCALE_HOME must not move them.
+# Tests choose where data and scratch folders go (tmp_path); a user's RLSCALE_HOME must not.
 os.environ.pop("RLSCALE_HOME", None)
 
 # Identical programs (the same tiny model in several end-to-end runs) compile once per session.

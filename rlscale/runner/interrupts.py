@@ -21,7 +21,7 @@ import threading
 from typing import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# Exit status of a run stopped by a signal at a checkpoint (sysexits.h EX_TEMPFAIL): rerun to resume.
+# Exit status of a run stopped by a signal at a checkpoint (sysexits.h EX_TEMPFAIL): rerun it.
 EXIT_INTERRUPTED = 75
 
 

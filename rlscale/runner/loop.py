@@ -48,7 +48,7 @@ from rlscale.runner.batching import (decode_responses, encode_prompts, longest_p
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.config_files import flatten_config
 from rlscale.runner.evaluate import METRIC_NAMES, accuracy_change_note, evaluation_key
-from rlscale.runner.interrupts import EXIT_INTERRUPTED, StopFlag
+from rlscale.runner.interrupts import StopFlag
 from rlscale.runner.metrics_log import MetricsLogger, read_metrics
 from rlscale.runner.plots import plot_curves
 from rlscale.runner.timing import RunClock
@@ -179,17 +179,23 @@ def holds_results(workdir: str) -> bool:
 def completed_summary(config, workdir: str) -> dict[str, Any] | None:
   """summary.json of a finished run of `config` in `workdir`, or None when there is more to do.
 
-  Finished: summary.json records train.total_steps steps (or the steps of the train.total_samples
-  budget) and the final policy is exported. Read before the model is built, so asking again for a
-  finished run answers at once (a run whose summary predates the policy export, or whose
-  total_steps was raised, goes on to build the run)."""
+  Finished: the latest checkpoint and summary.json are at train.total_steps (or the steps of the
+  train.total_samples budget) and the final policy is exported. Read before the model is built,
+  so asking again for a finished run answers at once (a run whose summary predates the policy
+  export, whose total_steps was raised or whose last checkpoint is gone goes on to build the
+  run)."""
   path = os.path.join(workdir, SUMMARY_FILE)
   if not (os.path.isfile(path) and os.path.isdir(os.path.join(workdir, POLICY_DIR))):
     return None
-  summary = _read_json(path)
   total_steps = builders.resolve_total_steps(
       config.train, config.rl.prompts_per_step * config.rl.group_size)
-  return summary if summary.get("steps", -1) >= total_steps else None
+  checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),
+                              keep=config.train.keep_checkpoints)
+  latest = checkpointer.latest_step()
+  checkpointer.close()
+  summary = _read_json(path)
+  done = latest is not None and min(latest, summary.get("steps", -1)) >= total_steps
+  return summary if done else None
 
 
 def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> dict[str, Any]:
@@ -315,8 +321,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
     logger.close()
     checkpointer.close()
     if stopping and step < total_steps:
-      run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume "
-              f"(exit status {EXIT_INTERRUPTED})")
+      run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
       return {"interrupted": True, "steps": step}
     if not hosts.writer:
       return {"steps": step, "samples_consumed": counters["samples"],

@@ -39,7 +39,8 @@ def test_qwen3_0p6b_state_by_hand():
 def test_state_table_script_prints_every_size(tmp_path):
   done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "update_memory.py"),
                          "--out", str(tmp_path), "--state_table"], cwd=ROOT, capture_output=True,
-                        text=True, timeout=hang_timeout(120), env={**os.environ, "PYTHONPATH": ROOT})
+                        text=True, timeout=hang_timeout(120),
+                        env={**os.environ, "PYTHONPATH": ROOT})
   assert done.returncode == 0, done.stderr[-2000:]
   rows = json.load(open(tmp_path / "state_memory.json"))["rows"]
   assert [r["model"] for r in rows] == ["Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B"]

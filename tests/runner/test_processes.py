@@ -1,5 +1,5 @@
-"""Runner behaviour across processes: SIGTERM checkpoints and exits with status 75; a run saved on 2
-simulated devices resumes on 1 and logs what an uninterrupted 1-device run logs."""
+"""Runner behaviour across processes: SIGTERM checkpoints and exits with status 75; a run saved
+on 2 simulated devices resumes on 1 and logs what an uninterrupted 1-device run logs."""
 
 import os
 import shutil

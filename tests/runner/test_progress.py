@@ -100,10 +100,15 @@ def test_a_finished_run_is_answered_before_the_model_is_built(tmp_path, sft_cach
   assert train_and_evaluate(config, str(tmp_path / "done")) == summary
   assert capsys.readouterr().out == (
       f"run already complete (2 steps); results: {tmp_path / 'done' / 'summary.json'}\n")
-  # More steps asked for (a resumable change), or the policy missing: the run is built.
+  # More steps asked for (a resumable change), the last checkpoint or the policy missing: the
+  # run is built (to train on, or to export from the checkpoint).
   with pytest.raises(AssertionError, match="build_run called"):
     train_and_evaluate(tiny_config(sft__cache_dir=sft_cache, train__total_steps=3),
                        str(tmp_path / "done"))
+  shutil.copytree(tmp_path / "done", tmp_path / "lost")
+  shutil.rmtree(tmp_path / "lost" / "checkpoints" / "2")
+  with pytest.raises(AssertionError, match="build_run called"):
+    train_and_evaluate(config, str(tmp_path / "lost"))
   shutil.rmtree(tmp_path / "done" / "policy")
   with pytest.raises(AssertionError, match="build_run called"):
     train_and_evaluate(config, str(tmp_path / "done"))
