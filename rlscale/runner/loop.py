@@ -304,9 +304,9 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
       if (step > first_step + 1 and record["time/compile"] >= progress.COMPILE_NOTICE_SECONDS
           and hosts.writer):
         tqdm.tqdm.write(progress.compile_notice(step, record["time/compile"], new_shapes))
-      bar.step_done(record)
       bar.set_postfix(reward=f"{record['reward/mean']:.3f}",
-                      acc=progress.accuracy_postfix(shown_accuracy))
+                      acc=progress.accuracy_postfix(shown_accuracy), refresh=False)
+      bar.step_done(record)
       # The stop flag is read once per step (its watcher thread can set it at any moment); with
       # several processes it counts when set on any (a signal reaches one), so all checkpoint and
       # stop at the same step.
