@@ -6,6 +6,10 @@ process exits with status 2 (the usual status for bad usage, as argparse uses). 
 is a bug and keeps its traceback. `--verbose` on the command line, or the environment variable
 RLSCALE_VERBOSE=1, prints the traceback of user errors too (still exit status 2).
 
+Output into a pipe whose reader stopped (`--list | head`) ends the command quietly with status
+141 = 128 + SIGPIPE, what the shell reports for a C tool such as `seq` killed by the signal
+(Python ignores SIGPIPE, so the write raises BrokenPipeError instead; the Python docs' recipe).
+
 Use it around the whole entry point, flag parsing included:
 
   def run():
@@ -26,6 +30,7 @@ from ml_collections import config_flags
 VERBOSE_ENV = "RLSCALE_VERBOSE"
 VERBOSE_FLAG = "--verbose"
 EXIT_USER_ERROR = 2
+EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE
 
 
 class UsageError(Exception):
@@ -82,17 +87,33 @@ def report_error(exc: BaseException, argv: Sequence[str] | None = None) -> None:
 
 def run_cli(main: Callable[[], Any], argv: Sequence[str] | None = None) -> Any:
   """Calls `main()` and returns its result; a user error (USER_ERRORS) is reported by
-  `report_error` and ends the process with SystemExit(2). Other exceptions propagate unchanged.
+  `report_error` and ends the process with SystemExit(2); a closed stdout pipe ends it with
+  SystemExit(EXIT_BROKEN_PIPE) and no message. Other exceptions propagate unchanged.
 
   Args:
     main: the whole command, flag parsing included (e.g. `lambda: app.run(...)`).
     argv: the command line, for `--verbose` (default sys.argv).
   """
   try:
-    return main()
+    try:
+      return main()
+    finally:  # also after app.run's SystemExit: a closed pipe shows on the last flush
+      sys.stdout.flush()
+  except BrokenPipeError:
+    _discard_stdout()
+    raise SystemExit(EXIT_BROKEN_PIPE) from None
   except USER_ERRORS as exc:
     report_error(exc, argv)
     raise SystemExit(EXIT_USER_ERROR) from None
+
+
+def _discard_stdout() -> None:
+  """Points stdout's file descriptor at /dev/null: later writes, and the interpreter's flush at
+  exit, would meet the closed pipe again (and print "Exception ignored ... BrokenPipeError")."""
+  try:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+  except (AttributeError, OSError, ValueError):  # a replaced sys.stdout without a descriptor
+    pass
 
 
 def _config_argument(argv) -> str | None:

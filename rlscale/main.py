@@ -8,6 +8,11 @@ which every other config starts from. This module only parses flags; the work is
 A config or input error (unknown field, invalid value, missing file) prints one line
 `error: <message>` on stderr and exits with status 2; `--verbose` (or RLSCALE_VERBOSE=1) shows the
 traceback too (see rlscale.cli).
+
+Exit status: 0 when the run is complete (or was already), 2 for a config or input error, 75
+(EX_TEMPFAIL) when Ctrl-C or SIGTERM stopped it at a checkpoint (rerun the command to resume;
+a scheduler can requeue it), 130 when Ctrl-C came before the first RL step (nothing to resume),
+128 + signum when a second signal stopped it at once.
 """
 
 from absl import app
@@ -33,13 +38,17 @@ def _main(argv):
                          "--workdir=<dir> and --config.<field>=<value>")
   # orbax logs every checkpoint step at INFO; keep the terminal for progress and results.
   logging.set_verbosity(logging.WARNING)
+  from rlscale.runner.interrupts import EXIT_INTERRUPTED  # pylint: disable=g-import-not-at-top
   from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
   try:
-    train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    summary = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except KeyboardInterrupt:
     # Ctrl-C before the RL loop (warm start, first evaluation); the loop itself checkpoints.
     print("interrupted before the first RL checkpoint; rerun the command to start again")
     raise SystemExit(130) from None
+  if summary.get("interrupted"):
+    # Stopped at a checkpoint: not done, so not status 0 (a scheduler would take it as finished).
+    raise SystemExit(EXIT_INTERRUPTED)
 
 
 def run():

@@ -1,4 +1,4 @@
-r"""Debug rewards from the command line: prints one JSON object and exits 0 whatever the input.
+r"""Debug rewards from the command line: prints one JSON object and exits 0 whatever the texts.
 
   python -m rlscale.verify 'The answer is \boxed{\dfrac12}.' '0.5'
   {"reward": 1.0, "extracted": "\\dfrac12", "reason": "correct: equal numbers"}
@@ -7,6 +7,10 @@ r"""Debug rewards from the command line: prints one JSON object and exits 0 what
 
 Options mirror the config's `task` fields (extract_order, rel_tol, percent, timeout_s). JAX is
 never imported, so an answer takes about a second (most of it the sympy worker's startup).
+
+Bad command-line arguments (a missing text, `--rel-tol=abc`, a value the verifier refuses such as
+`--rel-tol=2`) print one line `error: ...` on stderr and exit with status 2, as rlscale's other
+commands do; the texts themselves, however malformed, always give a JSON object and status 0.
 """
 
 from __future__ import annotations
@@ -16,9 +20,22 @@ import json
 import sys
 from typing import Optional, Sequence
 
+EXIT_USER_ERROR = 2  # rlscale.cli's status for bad input (not imported: it would load absl)
+
+
+class _UsageError(Exception):
+  """A bad command-line argument (argparse's message)."""
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse that raises _UsageError instead of printing usage and exiting."""
+
+  def error(self, message):
+    raise _UsageError(message)
+
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog="python -m rlscale.verify",
       description="Score a model output against a reference answer with rlscale's verifier.")
   parser.add_argument("text", help="model output text")
@@ -37,24 +54,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Entry point; returns the exit status (0, also for bad options, reported in the JSON)."""
+  """Entry point; returns the exit status: 0 with the JSON object on stdout, 2 with one line
+  `error: <message>` on stderr for bad arguments or option values (--help: 0)."""
   try:
     args = _parser().parse_args(argv)
-  except SystemExit as e:
-    if e.code == 0:  # --help
-      return 0
-    print(json.dumps({"reward": 0.0, "extracted": None, "reason": "bad command-line arguments"}))
-    return 0
-  try:
     from rlscale.tasks import verifier  # pylint: disable=g-import-not-at-top (fast --help)
     limit = {} if args.timeout is None else {"timeout_s": args.timeout}
     config = verifier.VerifierConfig(extract_order=args.extract_order, rel_tol=args.rel_tol,
                                      percent=args.percent, **limit)
-    score = verifier.verify(args.text, args.reference, config)
-    result = {"reward": score.reward, "extracted": score.extracted, "reason": score.reason}
-  except Exception as e:  # pylint: disable=broad-except (e.g. an invalid option value)
-    result = {"reward": 0.0, "extracted": None, "reason": f"error: {e}"}
-  print(json.dumps(result))
+  except (_UsageError, ValueError, TypeError) as e:  # VerifierConfig names the task.* field
+    sys.stderr.write(f"error: {' '.join(str(e).split())}\n")
+    return EXIT_USER_ERROR
+  score = verifier.verify(args.text, args.reference, config)  # never raises
+  print(json.dumps({"reward": score.reward, "extracted": score.extracted, "reason": score.reason}))
   return 0
 
 

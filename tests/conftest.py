@@ -2,6 +2,8 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests choose where data and scratch folders go (tmp_path); a user's RLSCALE_HOME must not.
+os.environ.pop("RLSCALE_HOME", None)
 
 # Identical programs (the same tiny model in several end-to-end runs) compile once per session.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "/tmp/rlscale_test_jax_cache")

@@ -5,6 +5,7 @@ trains (tiny model, few steps), as a user would edit that cell."""
 import glob
 import json
 import os
+import re
 
 import nbclient
 import nbformat
@@ -47,6 +48,10 @@ def execute(name, parameters, tmp_path, monkeypatch):
   return nb
 
 
+# A float printed unrounded (0.030215992647058824): seven or more decimals.
+UNROUNDED = re.compile(r"\d\.\d{7,}")
+
+
 def stdout(nb) -> str:
   return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                  for o in c.get("outputs", []) if o.get("name") == "stdout")
@@ -71,6 +76,7 @@ def test_quickstart(tmp_path, monkeypatch):
   out = stdout(nb)
   assert '"steps": 2' in out and "max |rollout.logp - forward logp|" in out
   assert images(nb) == 2  # curves vs samples and vs wall time
+  assert not UNROUNDED.findall(out)
 
 
 def test_custom_loss(tmp_path, monkeypatch):
@@ -81,7 +87,10 @@ def test_custom_loss(tmp_path, monkeypatch):
   steps = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
   steps = [r for r in steps if r.get("step", 0) > 0 and "train/loss" in r]
   assert len(steps) == 2 and all(0.0 <= r["train/is_weight_clipped"] <= 1.0 for r in steps)
-  assert images(nb) == 1 and "CISPO loss" in stdout(nb)
+  out = stdout(nb)
+  assert images(nb) == 1 and "CISPO loss" in out
+  assert re.search(r"non-zero policy loss in \d of 2 steps", out)
+  assert not UNROUNDED.findall(out)
 
 
 def test_batch_size_scaling_smoke_sweep_then_committed(tmp_path, monkeypatch):
@@ -93,6 +102,7 @@ def test_batch_size_scaling_smoke_sweep_then_committed(tmp_path, monkeypatch):
   out = stdout(nb)
   assert "study: smoke sweep" in out and "predicted time ratio" in out
   assert images(nb) == 5
+  assert not UNROUNDED.findall(out)
   (study,) = glob.glob(str(tmp_path / "smoke" / "rlscale_batch_lr_*"))
   with open(os.path.join(study, "report.json")) as f:
     report = json.load(f)

@@ -61,7 +61,8 @@ class AdvantageEstimator:
   token_fn: Optional[Callable[..., chex.Array]] = None
 
 
-ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("rl.advantage")
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
+    "rl.advantage", register_with="@rlscale.rl.advantages.register_advantage")
 
 
 def register_advantage(name: str, *, group_relative: bool = False, overwrite: bool = False):

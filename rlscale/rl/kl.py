@@ -24,7 +24,8 @@ import jax.numpy as jnp
 
 from rlscale.rl.registry import Registry
 
-KL_ESTIMATORS: Registry[Callable[[chex.Array, chex.Array], chex.Array]] = Registry("rl.kl_estimator")
+KL_ESTIMATORS: Registry[Callable[[chex.Array, chex.Array], chex.Array]] = Registry(
+    "rl.kl_estimator", register_with="@rlscale.rl.kl.KL_ESTIMATORS.register")
 
 # verl's clamps for k3: the log-ratio before exp, and the estimate itself.
 K3_LOG_RATIO_CLAMP = 20.0

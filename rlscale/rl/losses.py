@@ -30,7 +30,8 @@ from rlscale.rl.kl import log_ratio
 from rlscale.rl.registry import Registry
 
 PolicyLoss = Callable[..., tuple[chex.Array, dict[str, chex.Array]]]
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("rl.policy_loss")
+POLICY_LOSSES: Registry[PolicyLoss] = Registry(
+    "rl.policy_loss", register_with="@rlscale.rl.losses.register_policy_loss")
 
 # Log-ratios are clamped before exp (as verl does) so a token whose probability collapsed cannot
 # turn the ratio into Inf; real PPO ratios never come near e^20.

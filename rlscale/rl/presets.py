@@ -156,10 +156,13 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
   _require(isinstance(num_devices, int) and num_devices >= 1,
            f"num_devices must be an int >= 1, got {num_devices!r}")
   split = num_devices * rl_cfg.minibatches * (rl_cfg.get("microbatches") or 1)
+  # Unset microbatches are chosen among the divisors of each device's rows, so they count as 1.
+  microbatches = (f"rl.microbatches ({rl_cfg.microbatches})" if rl_cfg.get("microbatches")
+                  else "rl.microbatches (unset: chosen to divide the rows, 1 here)")
   _require(batch_size % split == 0,
            f"rl.batch_size={batch_size} (prompts_per_step * group_size) must be divisible by "
            f"devices ({num_devices}) x rl.minibatches ({rl_cfg.minibatches}) x "
-           f"rl.microbatches ({rl_cfg.microbatches}) = {split}")
+           f"{microbatches} = {split}")
   _require(rl_cfg.clip_eps_low >= 0 and rl_cfg.clip_eps_high >= 0,
            f"rl.clip_eps_low / rl.clip_eps_high must be >= 0, got {rl_cfg.clip_eps_low}, "
            f"{rl_cfg.clip_eps_high}")

@@ -12,11 +12,13 @@ class Registry(Generic[T]):
   """Maps names to entries (functions, or small records describing them).
 
   `kind` names the config field that selects an entry (e.g. "rl.policy_loss"), so lookup errors
-  say which field was wrong and which names are allowed.
+  say which field was wrong and which names are allowed; `register_with` names the decorator or
+  call that adds one (e.g. "rlscale.rl.losses.register_policy_loss"), for the same error.
   """
 
-  def __init__(self, kind: str):
+  def __init__(self, kind: str, register_with: Optional[str] = None):
     self.kind = kind
+    self.register_with = register_with
     self._entries: dict[str, T] = {}
 
   def register(self, name: str, entry: Optional[T] = None, *, overwrite: bool = False):
@@ -37,9 +39,18 @@ class Registry(Generic[T]):
     return add if entry is None else add(entry)
 
   def get(self, name: str) -> T:
-    """The entry for `name`. Raises ValueError naming the field and listing the registered names."""
+    """The entry for `name`.
+
+    Raises ValueError naming the field, the registered names and how to add one: registration
+    happens when Python runs the code that registers, so from the command line it must be code
+    that the run's process executes, the config file (or a module it imports); a function
+    registered in another session or script is unknown to `python -m rlscale.main`."""
     if name not in self._entries:
-      raise ValueError(f"{self.kind}={name!r} is not registered; registered: {sorted(self._entries)}")
+      how = f"{self.register_with}({name!r})" if self.register_with else f"register({name!r})"
+      raise ValueError(
+          f"{self.kind}={name!r} is not registered; registered: {sorted(self._entries)}. To use "
+          f"your own, register it with {how} in the config file passed to --config (or in a "
+          "module that file imports), so the run's process defines it before the run starts")
     return self._entries[name]
 
   def names(self) -> list[str]:

@@ -7,6 +7,10 @@ on a loaded machine). The C-level handler still writes each signal's number to t
 (`signal.set_wakeup_fd`); a daemon thread reading that fd prints the acknowledgement and, on the
 second signal, exits with 128 + signum without running the rest of the step. Checkpoints are
 written atomically (rlscale.runner.checkpoints), so the last complete one is kept.
+
+A run stopped cleanly at a checkpoint exits with EXIT_INTERRUPTED (75, EX_TEMPFAIL in BSD's
+sysexits.h: "try again later"), so a scheduler sees a preempted run as unfinished, not done, and
+can requeue the same command, which resumes it.
 """
 
 from __future__ import annotations
@@ -17,23 +21,31 @@ import threading
 from typing import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Exit status of a run stopped by a signal at a checkpoint (sysexits.h EX_TEMPFAIL): rerun it.
+EXIT_INTERRUPTED = 75
 
 
-def acknowledgement(step: int) -> str:
-  """The line printed on the first signal while step `step` (1-based) runs."""
+def acknowledgement(step: int | None) -> str:
+  """The line printed on the first signal while step `step` (1-based) runs, or, with step None,
+  after the last step (the final evaluation, export and summary are being written)."""
+  if step is None:
+    return ("interrupt received: every RL step is done and checkpointed; finishing the final "
+            "policy export and summary; press Ctrl-C again to stop now (rerunning the command "
+            "finishes them)")
   return (f"interrupt received: finishing step {step}, then writing a checkpoint; press Ctrl-C "
           "again to stop without one")
 
 
 class StopFlag:
   """Context manager: `.stop` becomes True on SIGINT/SIGTERM; the loop checkpoints and exits at the
-  end of the step. `current_step()` -> the 1-based step now running, for the acknowledgement.
+  end of the step. `current_step()` -> the 1-based step now running (None once the last one is
+  done), for the acknowledgement.
 
   A second signal prints one line and ends the process with os._exit(128 + signum) (130 for
   Ctrl-C, 143 for SIGTERM). Outside the main thread (some notebook kernels) nothing is installed.
   """
 
-  def __init__(self, current_step: Callable[[], int] = lambda: 0, *,
+  def __init__(self, current_step: Callable[[], int | None] = lambda: 0, *,
                message: Callable[[], str] | None = None,
                on_signal: Callable[[int], None] | None = None):
     """`message()` replaces the acknowledgement line; `on_signal(signum)` runs (in the watcher

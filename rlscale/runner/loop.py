@@ -42,6 +42,7 @@ from rlscale.rl import dapo, masks
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import builders
 from rlscale.runner import hosts as hosts_lib
+from rlscale.runner import progress
 from rlscale.runner.batching import (decode_responses, encode_prompts, longest_prompt, train_widths,
                                      trim_rollout)
 from rlscale.runner.checkpoints import Checkpointer
@@ -181,9 +182,37 @@ def holds_results(workdir: str) -> bool:
                                                    POLICY_DIR))
 
 
+def completed_summary(config, workdir: str) -> dict[str, Any] | None:
+  """summary.json of a finished run of `config` in `workdir`, or None when there is more to do.
+
+  Finished: the latest checkpoint and summary.json are at train.total_steps (or the steps of the
+  train.total_samples budget) and the final policy is exported. Read before the model is built,
+  so asking again for a finished run answers at once (a run whose summary predates the policy
+  export, whose total_steps was raised or whose last checkpoint is gone goes on to build the
+  run)."""
+  path = os.path.join(workdir, SUMMARY_FILE)
+  if not (os.path.isfile(path) and os.path.isdir(os.path.join(workdir, POLICY_DIR))):
+    return None
+  total_steps = builders.resolve_total_steps(
+      config.train, config.rl.prompts_per_step * config.rl.group_size)
+  checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),
+                              keep=config.train.keep_checkpoints)
+  latest = checkpointer.latest_step()
+  checkpointer.close()
+  summary = _read_json(path)
+  done = latest is not None and min(latest, summary.get("steps", -1)) >= total_steps
+  return summary if done else None
+
+
 def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> dict[str, Any]:
   check_resume_config(workdir, config)
   hosts = hosts_lib.current()
+  finished = completed_summary(config, workdir)
+  if finished is not None:
+    if hosts.writer:
+      print(f"run already complete ({finished['steps']} steps); results: "
+            f"{os.path.join(workdir, SUMMARY_FILE)}")
+    return finished
   run = builders.build_run(config, workdir, log=print if hosts.writer else _quiet)
   # Wall time counts from here: the (cached, shared) warm start is reported apart, so runs of a
   # sweep are comparable whether or not they trained the warm start themselves.
@@ -235,8 +264,10 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
       _save_warm_eval(workdir, warm_eval)
       outputs.write_json(os.path.join(workdir, WARM_START_FILE),
                          {"seconds": run.warm_start_seconds})
+    shown_accuracy = warm_eval["eval/greedy_accuracy"]  # on the bar until the next evaluation
   else:
     warm_eval = _load_warm_eval(workdir)
+    shown_accuracy = _last_accuracy(workdir, step) if hosts.writer else None
   # The first segment's model load + warm start seconds, whatever a resume's setup took.
   run.warm_start_seconds = _read_json(os.path.join(workdir, WARM_START_FILE)).get(
       "seconds", run.warm_start_seconds)
@@ -246,11 +277,15 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
   first_step = step
   last_eval = None
   warned_out_of_rounds = False
-  bar = tqdm.tqdm(total=total_steps, initial=step, desc="RL", unit="step", dynamic_ncols=True,
-                  disable=not hosts.writer)
+  bar = progress.StepBar(total=total_steps, initial=step, desc="RL", unit="step",
+                         dynamic_ncols=True, disable=not hosts.writer)
+  bar.set_postfix(reward="-", acc=progress.accuracy_postfix(shown_accuracy))
+  shapes = _ShapeLog(evaluated=latest is None)  # the warm start's evaluation compiled it
   stopping = False
-  with StopFlag(lambda: step + 1) as stop:
+  running = step + 1  # the step the loop is on (1-based); None once every step is done
+  with StopFlag(lambda: running) as stop:
     while step < total_steps and not stopping:
+      running = step + 1
       step_key = jax.random.fold_in(base_key, step)
       samples_before = counters["samples"]
       record, state = _rl_step(run, state, step_key, counters, clock)
@@ -268,12 +303,17 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
         with clock.measure("evaluation"):
           last_eval = held_out_metrics(run, state.params, eval_key, hosts)
         record.update(last_eval)
+        shown_accuracy = last_eval["eval/greedy_accuracy"]
       # time/* covers everything since the previous record (the previous step's checkpoint too).
       record.update(clock.record())
       logger.write(record)
-      bar.update(1)
+      new_shapes = shapes.new(record)
+      if (step > first_step + 1 and record["time/compile"] >= progress.COMPILE_NOTICE_SECONDS
+          and hosts.writer):
+        tqdm.tqdm.write(progress.compile_notice(step, record["time/compile"], new_shapes))
       bar.set_postfix(reward=f"{record['reward/mean']:.3f}",
-                      acc=f"{last_eval['eval/greedy_accuracy']:.3f}" if last_eval else "-")
+                      acc=progress.accuracy_postfix(shown_accuracy), refresh=False)
+      bar.step_done(record)
       # The stop flag is read once per step (its watcher thread can set it at any moment); with
       # several processes it counts when set on any (a signal reaches one), so all checkpoint and
       # stop at the same step.
@@ -283,18 +323,53 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
           checkpointer.save(step, update_lib.unreplicate(state), {
               "step": step, "counters": counters,
               "wall_seconds": clock.wall_seconds(), "phase_seconds": clock.totals})
-  bar.close()
-  logger.close()
-  checkpointer.close()
-  if stopping and step < total_steps:
-    run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
-    return {"interrupted": True, "steps": step}
-  if not hosts.writer:
-    return {"steps": step, "samples_consumed": counters["samples"],
-            "prompts_consumed": counters["prompts"], "process_index": hosts.index,
-            "final_accuracy": (last_eval or {}).get("eval/greedy_accuracy")}
-  return _finish(workdir, run, update_lib.unreplicate(state.params), warm_eval, step, counters,
-                 clock)
+    running = None
+    bar.close()
+    logger.close()
+    checkpointer.close()
+    if stopping and step < total_steps:
+      run.log(f"interrupted: checkpoint written at step {step}; run the same command to resume")
+      return {"interrupted": True, "steps": step}
+    if not hosts.writer:
+      return {"steps": step, "samples_consumed": counters["samples"],
+              "prompts_consumed": counters["prompts"], "process_index": hosts.index,
+              "final_accuracy": (last_eval or {}).get("eval/greedy_accuracy")}
+    # Still under the stop flag: a signal now is acknowledged (the export and summary finish);
+    # a second one stops at once, and a rerun writes them from the last checkpoint.
+    return _finish(workdir, run, update_lib.unreplicate(state.params), warm_eval, step,
+                   counters, clock)
+
+
+class _ShapeLog:
+  """What a step ran for the first time in this process, which is what JAX compiles: the sampler
+  at a prompt bucket (`batch/prompt_bucket`), the update step at trained widths
+  (`batch/prompt_width` x `batch/response_width`), the held-out evaluation."""
+
+  def __init__(self, *, evaluated: bool = False):
+    """`evaluated`: the held-out evaluation already ran in this process."""
+    self._seen = {("evaluation",)} if evaluated else set()
+
+  def new(self, record: dict) -> list[str]:
+    """Descriptions of the parts of the step `record` describes that had not run before."""
+    parts = {
+        ("bucket", record["batch/prompt_bucket"]):
+            f"sampler at the {record['batch/prompt_bucket']}-token prompt bucket",
+        ("update", record["batch/prompt_width"], record["batch/response_width"]):
+            f"update step at prompt {record['batch/prompt_width']} x response "
+            f"{record['batch/response_width']} tokens, a batch shape first met"}
+    if "eval/greedy_accuracy" in record:
+      parts[("evaluation",)] = "first held-out evaluation in this process"
+    new = [text for key, text in parts.items() if key not in self._seen]
+    self._seen.update(parts)
+    return new
+
+
+def _last_accuracy(workdir: str, step: int) -> float | None:
+  """Held-out greedy accuracy of the last evaluation at or before `step` in the workdir's
+  metrics.jsonl (the warm start's at step 0), or None when none is recorded."""
+  records = read_metrics(os.path.join(workdir, METRICS_FILE))
+  evaluated = [r for r in records if r.get("step", 0) <= step and "eval/greedy_accuracy" in r]
+  return evaluated[-1]["eval/greedy_accuracy"] if evaluated else None
 
 
 def _quiet(message: str) -> None:  # pylint: disable=unused-argument
@@ -436,6 +511,8 @@ def _generation_stats(rounds: list[Generated], group_size: int) -> dict[str, flo
       "response/length_mean": float(lengths.mean()),
       "tokens/generated": int(np.asarray(everything.rollout.response_mask).sum()),
       "sampling/rounds": len(rounds),
+      # The sampler's prompt width (a bucket of rollout.max_prompt_tokens): one compile each.
+      "batch/prompt_bucket": int(everything.rollout.prompt_mask.shape[1]),
   })
   return stats
 
@@ -541,7 +618,8 @@ def update_batch(run, state, generated: Generated) -> tuple[dict, dict]:
   rows, and the returned batch holds this process's rows.
 
   Returns: (sharded batch with a leading device axis, record: mask stats, the sampler-trainer
-  mismatch when old_logp is recomputed, tokens/trained)."""
+  mismatch when old_logp is recomputed, tokens/trained, and the trained widths in tokens
+  batch/prompt_width and batch/response_width: one update-step compile per pair)."""
   rl = run.rl_config
   hosts = hosts_lib.current()
   everything = _gather(generated, hosts)
@@ -585,7 +663,8 @@ def update_batch(run, state, generated: Generated) -> tuple[dict, dict]:
   sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask},
                                         run.num_devices))
   tokens = int(union.prompt_mask.sum() + union.response_mask.sum())
-  return sharded, {**mask_stats, **mismatch, "tokens/trained": tokens}
+  return sharded, {**mask_stats, **mismatch, "tokens/trained": tokens,
+                   "batch/prompt_width": prompt_width, "batch/response_width": width}
 
 
 def train_phase(run, state, generated: Generated, update_key):
@@ -674,8 +753,8 @@ def _finish(workdir, run, params, warm_eval, step, counters, clock):
       # warm_start (model load + SFT or its cache, recorded by the run's first segment) is not
       # part of wall_seconds.
       "phase_seconds": {**parts, "warm_start": run.warm_start_seconds},
-      # Two rates, named apart: per second of the RL wall clock (what the progress bar averages)
-      # and per second of generation + reward + training execution only.
+      # Two rates, named apart: per second of the RL wall clock and per second of generation +
+      # reward + training execution only (the progress bar's rate is a third: wall less compile).
       "steps_per_wall_second": step / times["wall/total"] if times["wall/total"] else None,
       "steps_per_compute_second": step / rl_seconds if rl_seconds else None,
       # Fraction of RL steps whose update gradient clipping changed (optim/clipped).

@@ -42,6 +42,10 @@ def panels(group_size: int, pass_k: int | None = None) -> tuple:
                if key == "eval/pass_at_k" else (key, title) for key, title in chosen)
 
 
+# Compilation stretches at least this long are shaded on the wall-time figure.
+MARKED_COMPILE_SECONDS = 1.0
+COMPILE_LABEL = "JAX compilation (first evaluation and step, new batch shapes)"
+
 # The RL clock starts after model loading and the warm start (reported apart in summary.json).
 X_AXES = (("samples", "responses consumed"),
           ("wall/total", "wall time (s) of RL; model load and warm start excluded"))
@@ -93,6 +97,25 @@ def at_start_of_rl(records: list[dict]) -> list[dict]:
           for r in records]
 
 
+def compile_spans(records: list[dict], min_seconds: float = MARKED_COMPILE_SECONDS
+                  ) -> list[tuple[float, float]]:
+  """(start, end) in RL wall seconds of each record's JAX compilation of >= min_seconds: its
+  `time/compile` seconds (`wall/compile` for the run's first record, the warm start's
+  evaluation, which has no interval fields) placed at the start of its interval, the previous
+  record's `wall/total` (0 for the first; where in the step the compile ran is not recorded).
+  During these stretches no RL step advances, which is why the wall-time curves have gaps there.
+
+  Args: metrics.jsonl records as written (before `at_start_of_rl`)."""
+  spans, start = [], 0.0
+  for record in records:
+    seconds = record.get("time/compile", 0.0 if "time/total" in record
+                         else record.get("wall/compile", 0.0))
+    if seconds >= min_seconds:
+      spans.append((start, start + seconds))
+    start = record.get("wall/total", start)
+  return spans
+
+
 def _number(x: float) -> str:
   """1e-4 -> "1e-04", 1.414e-4 -> "1.41e-04", 0.3 -> "0.3": learning rates read at a glance."""
   return f"{x:.3g}" if x >= 1e-2 else f"{x:.2e}".replace(".00e", "e")
@@ -109,14 +132,22 @@ def plot_curves(records: list[dict], out_dir: str, *, title: str = "",
     group_size: responses per prompt G; with G = 1 the reward-variance panel (always 0) becomes
       mean response length.
     pass_k: k of the pass@k panel (eval.pass_k), named in its title.
-  Returns: {"vs_samples": path, "vs_wall_time": path}.
+  Returns: {"vs_samples": path, "vs_wall_time": path}. The wall-time figure shades the
+  compilation stretches (`compile_spans`).
   """
   paths = {}
   chosen = panels(group_size, pass_k)
+  spans = compile_spans(records)
   records = at_start_of_rl(records)
   for (x_key, x_label), name in zip(X_AXES, ("vs_samples", "vs_wall_time")):
     fig, axes = plt.subplots(1, len(chosen), figsize=(4.2 * len(chosen), 3.6))
-    for ax, (y_key, y_title) in zip(axes, chosen):
+    for i, (ax, (y_key, y_title)) in enumerate(zip(axes, chosen)):
+      if x_key == "wall/total":
+        for j, (start, end) in enumerate(spans):
+          ax.axvspan(start, end, color="0.85", zorder=0,
+                     label=COMPILE_LABEL if i == 0 and j == 0 else None)
+        if i == 0 and spans:
+          ax.legend(fontsize=7, loc="best")
       xs, ys = series(records, x_key, y_key)
       window = smoothing_window(len(xs)) if y_key in SMOOTHED else 1
       if window > 1:

@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 
 from rlscale import outputs
 from rlscale.runner.config_files import flatten_config, import_python_file, load_config_file
-from rlscale.runner.interrupts import StopFlag
+from rlscale.runner.interrupts import EXIT_INTERRUPTED, StopFlag
 from rlscale.scaling import hyper
 from rlscale.scaling import pinned
 
@@ -153,11 +153,14 @@ def plan(base_config, sweep_runs: Sequence[dict[str, Any]], workdir: str) -> lis
   cache_dir = os.path.abspath(os.path.join(workdir, SFT_DIR))
   runs: list[Run] = []
   by_signature: dict[str, Run] = {}
-  for name, overrides in zip(names, sweep_runs):
+  for index, (name, overrides) in enumerate(zip(names, sweep_runs)):
     overrides = dict(overrides)
     if "sft.cache_dir" not in overrides and not base_config.sft.cache_dir:
       overrides["sft.cache_dir"] = cache_dir
-    config = hyper.apply_overrides(base_config, overrides)
+    try:
+      config = hyper.apply_overrides(base_config, overrides)
+    except ValueError as e:  # say which run of the sweep file the bad override belongs to
+      raise ValueError(f"sweep run {index} ({name}): {e}") from None
     signature = effective_signature(config)
     if signature in by_signature:
       by_signature[signature].aliases.append(name)
@@ -491,9 +494,9 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
           del active[slot]
         seconds = time.perf_counter() - t0
         ok = proc.returncode == 0 and is_finished(workdir, run)
-        # A run stopped by a signal checkpoints and exits 0 (or 130 before its first step, or
-        # 128 + signum / -signum when a second signal stopped it at once).
-        interrupted = not ok and (proc.returncode in (0, 130) or (
+        # A run stopped by a signal checkpoints and exits EXIT_INTERRUPTED (or 130 before its
+        # first step, or 128 + signum / -signum when a second signal stopped it at once).
+        interrupted = not ok and (proc.returncode in (EXIT_INTERRUPTED, 130) or (
             stop.stop and proc.returncode in (-signal.SIGINT, -signal.SIGTERM,
                                               128 + signal.SIGINT, 128 + signal.SIGTERM)))
         status = "done" if ok else ("interrupted" if interrupted else "failed")

@@ -119,8 +119,8 @@ def expressions_equal(a: sympy.Expr, b: sympy.Expr, *, rel_tol: float,
   """
   if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
     return False, "undefined value (division by zero)"  # also when both are: 12:00 is not 1:00
-  if a == b:
-    return True, "identical"
+  if a == b:  # equal sympy trees, not equal texts: 1e3 and 1000, sqrt(8) and 2 sqrt(2)
+    return True, "same expression after parsing"
   tol = max(sympy.Float(rel_tol, 50), _EXACT_TOL) if decimal else _EXACT_TOL
   # A variable may cancel on one side (sin^2 x + cos^2 x = 1), so compare over the union.
   symbols = sorted(a.free_symbols | b.free_symbols, key=str)

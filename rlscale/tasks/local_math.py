@@ -6,7 +6,8 @@ Input rows, one JSON object per line:
     "answer" field, when present, takes precedence over the boxed one).
 `LocalMathBuilder` (a `tfds.core.GeneratorBasedBuilder`, `file_format="array_record"`) writes
 them once under `data_dir/rlscale_local_math/sha<content hash>/` (`data_dir`: `task.data_dir`,
-default the user's cache folder, `$XDG_CACHE_HOME/rlscale/tfds`); later runs and sweeps reuse
+default `$RLSCALE_HOME/tfds`, else the user's cache folder, `$XDG_CACHE_HOME/rlscale/tfds`:
+`rlscale.paths`); later runs and sweeps reuse
 the prepared files and read them by random access with `builder.as_data_source` (no TensorFlow
 needed).
 Nothing is downloaded. Held-out rows are chosen by question hash (`rlscale.tasks.holdout`) and
@@ -29,6 +30,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from rlscale import outputs
+from rlscale import paths
 from rlscale.tasks import base
 from rlscale.tasks import extract
 from rlscale.tasks import holdout
@@ -167,14 +169,9 @@ class LocalMathBuilder(tfds.core.GeneratorBasedBuilder):
 
 
 def default_data_dir() -> str:
-  """The cache folder for prepared data: `$XDG_CACHE_HOME/rlscale/tfds` (`~/.cache/...`).
-
-  A relative XDG_CACHE_HOME is ignored, as the XDG base-directory spec asks.
-  """
-  root = os.environ.get("XDG_CACHE_HOME", "")
-  if not os.path.isabs(root):
-    root = os.path.join(os.path.expanduser("~"), ".cache")
-  return os.path.join(root, "rlscale", "tfds")
+  """The cache folder for prepared data when task.data_dir is unset: `$RLSCALE_HOME/tfds`, else
+  `$XDG_CACHE_HOME/rlscale/tfds` (`~/.cache/...`); see `rlscale.paths.data_cache_dir`."""
+  return paths.data_cache_dir()
 
 
 class _TfdsChatter(logging.Filter):
@@ -258,7 +255,8 @@ class LocalMathSource(base.TaskSource):
     data_path: the JSONL file (GSM8K or MATH style).
     seed: run seed (order of the training stream).
     data_dir: cache root for the prepared dataset (default: `default_data_dir()`, i.e.
-      `$XDG_CACHE_HOME/rlscale/tfds` or `~/.cache/rlscale/tfds`); see `prepare`.
+      `$RLSCALE_HOME/tfds`, `$XDG_CACHE_HOME/rlscale/tfds` or `~/.cache/rlscale/tfds`); see
+      `prepare`.
     holdout_fraction: share of question space held out for evaluation, in (0, 0.5].
     prompt_template, target_template, verifier_config: see `base.TaskSource`.
 

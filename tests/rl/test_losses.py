@@ -1,5 +1,8 @@
 """Policy and value losses against values worked out by hand."""
 
+import os
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -10,6 +13,8 @@ from rlscale.model.transformer import token_logp
 from rlscale.rl import kl, losses
 from rlscale.rl.logprob import entropy_from_logits
 from rlscale.rl.aggregation import aggregate_loss
+from rlscale.rl.presets import resolve_rl_config, validate_rl_config
+from rlscale.runner import config_files
 
 
 def _ppo(ratio, advantage, **kwargs):
@@ -115,6 +120,42 @@ def test_user_registered_loss_selected_by_name():
   token_loss, _ = fn(jnp.array([[-1.0, -2.0]]), jnp.zeros((1, 2)), jnp.ones((1, 2)),
                      jnp.array([[1, 0]]))
   np.testing.assert_allclose(aggregate_loss(token_loss, jnp.array([[1, 0]]), "token-mean"), 2.0)
+
+
+def test_unregistered_loss_error_says_how_to_register_one_for_the_command_line():
+  with pytest.raises(ValueError) as error:
+    losses.POLICY_LOSSES.get("my_pg")
+  assert str(error.value) == (
+      f"rl.policy_loss='my_pg' is not registered; registered: {losses.POLICY_LOSSES.names()}. To "
+      "use your own, register it with @rlscale.rl.losses.register_policy_loss('my_pg') in the "
+      "config file passed to --config (or in a module that file imports), so the run's process "
+      "defines it before the run starts")
+
+
+def test_a_config_file_that_registers_a_loss_can_select_it(tmp_path):
+  """What that error advises: the config file registers the loss, so loading it (as
+  `python -m rlscale.main --config=<file>` does, in the run's process) makes the name valid."""
+  default = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "configs",
+                         "default.py")
+  path = tmp_path / "my_pg_config.py"
+  path.write_text(textwrap.dedent(f"""
+      from rlscale.rl.losses import register_policy_loss
+      from rlscale.runner.config_files import load_config_file
+
+      @register_policy_loss("config_file_pg", overwrite=True)
+      def config_file_pg(logp, old_logp, advantages, response_mask):
+        return -advantages * logp * response_mask, {{}}
+
+      def get_config(arg=None):
+        config = load_config_file({os.path.abspath(default)!r}, arg)
+        config.rl.policy_loss = "config_file_pg"
+        return config
+  """))
+  assert "config_file_pg" not in losses.POLICY_LOSSES
+  config = config_files.load_config_file(str(path), "smoke")
+  rl = resolve_rl_config(config.rl)
+  validate_rl_config(rl, num_devices=1)
+  assert rl.policy_loss == "config_file_pg" and "config_file_pg" in losses.POLICY_LOSSES
 
 
 def test_ratio_of_a_token_impossible_under_both_policies_is_one():

@@ -71,6 +71,13 @@ def test_device_count_divisibility():
   validate_rl_config(cfg, num_devices=2)
   with pytest.raises(ValueError, match=r"devices \(4\)"):
     validate_rl_config(cfg, num_devices=4)
+  # B = 3 x 2 = 6 responses over 4 devices x 1 minibatch x unset microbatches: the message says
+  # what the unset (automatic) choice counts as, not "rl.microbatches (None)".
+  with pytest.raises(ValueError) as error:
+    validate_rl_config(cfg, num_devices=4)
+  assert str(error.value) == (
+      "rl.batch_size=6 (prompts_per_step * group_size) must be divisible by devices (4) x "
+      "rl.minibatches (1) x rl.microbatches (unset: chosen to divide the rows, 1 here) = 4")
 
 
 def test_reinforce_pp_and_ppo_allow_single_sample():

@@ -77,3 +77,15 @@ def test_wall_time_curves_put_the_starting_policy_at_zero(tmp_path, monkeypatch)
   accuracy = wall_figure.axes[0].get_lines()[0]
   np.testing.assert_allclose(accuracy.get_xdata(), [0.0, 6.2, 7.2])
   assert records[0]["wall/total"] == 5.2  # the caller's records are not changed
+
+
+def test_compile_spans_sit_at_the_start_of_their_interval_by_hand():
+  records = [
+      # The warm start's evaluation, 8 s of which 7.5 compiling: 0 .. 7.5.
+      {"step": 0, "wall/total": 8.0, "wall/compile": 7.5},
+      {"step": 1, "wall/total": 18.0, "time/total": 10.0, "time/compile": 9.0},  # 8 .. 8 + 9 = 17
+      {"step": 2, "wall/total": 18.5, "time/total": 0.5, "time/compile": 0.2},  # < 1 s: not shaded
+      {"step": 3, "wall/total": 23.5, "time/total": 5.0, "time/compile": 4.0},  # 18.5 .. 22.5
+  ]
+  assert plots.compile_spans(records) == [(0.0, 7.5), (8.0, 17.0), (18.5, 22.5)]
+  assert plots.compile_spans(records, min_seconds=0.1)[2] == (18.0, 18.2)

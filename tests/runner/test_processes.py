@@ -1,5 +1,5 @@
-"""Runner behaviour across processes: SIGTERM checkpoints and exits cleanly; a run saved on 2
-simulated devices resumes on 1 and logs what an uninterrupted 1-device run logs."""
+"""Runner behaviour across processes: SIGTERM checkpoints and exits with status 75; a run saved
+on 2 simulated devices resumes on 1 and logs what an uninterrupted 1-device run logs."""
 
 import os
 import shutil
@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from rlscale.runner.interrupts import EXIT_INTERRUPTED
 from rlscale.runner.loop import train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
 from tests.runner.runner_configs import comparable, tiny_config
@@ -37,7 +38,7 @@ def _main(workdir, *extra, devices=1):
 
 
 @pytest.mark.slow
-def test_sigterm_writes_checkpoint_and_exits_cleanly(tmp_path):
+def test_sigterm_writes_checkpoint_and_exits_75(tmp_path):
   proc = _main(tmp_path, "--config.train.total_steps=100000")
   metrics = tmp_path / "metrics.jsonl"
   deadline = time.time() + 240
@@ -48,7 +49,8 @@ def test_sigterm_writes_checkpoint_and_exits_cleanly(tmp_path):
   assert proc.poll() is None, proc.communicate()[0]
   proc.send_signal(signal.SIGTERM)
   output, _ = proc.communicate(timeout=hang_timeout(60))
-  assert proc.returncode == 0, output
+  # Not 0: a scheduler must not take a preempted run for a finished one (EX_TEMPFAIL).
+  assert proc.returncode == EXIT_INTERRUPTED == 75, output
   assert "interrupted: checkpoint written at step" in output
   last_logged = read_metrics(str(metrics))[-1]["step"]
   assert str(last_logged) in os.listdir(tmp_path / "checkpoints")

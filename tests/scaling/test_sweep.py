@@ -62,6 +62,17 @@ def test_list_prints_one_command_per_run_of_the_shard(tmp_path):
   assert all(line.startswith("python -m rlscale.main ") for line in lines)
 
 
+def test_list_into_a_pipe_closed_by_its_reader_ends_quietly(tmp_path):
+  # `--list | head -1`, made deterministic: the reader has gone before the first write.
+  proc = subprocess.Popen([sys.executable, "-m", "rlscale.sweep", f"--config={BATCH_LR}:smoke",
+                           f"--workdir={tmp_path}", "--list"], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  proc.stdout.close()
+  err = proc.stderr.read()
+  # Was "error: [Errno 32] Broken pipe" and status 2: now as a tool killed by SIGPIPE, 128 + 13.
+  assert proc.wait(timeout=hang_timeout(60)) == 141 and err == ""
+
+
 @pytest.mark.parametrize("args, message", [
     (("--shard=3/2",), "error: --shard='3/2': need 0 <= i < n"),
     (("--config.rl.prompt_per_step=3",), "error: unknown config field 'rl.prompt_per_step'"),
@@ -75,9 +86,10 @@ def test_bad_input_is_one_error_line(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("body, message", [
-    ("def get_sweep(arg=None):\n  return [{'rl.prompt_per_step': 8}]\n",
-     "error: sweep override: unknown config field 'rl.prompt_per_step'; closest fields: "
-     "rl.prompts_per_step"),
+    # The error names the run of the file whose override is bad (run 1, counted from 0).
+    ("def get_sweep(arg=None):\n  return [{'seed': 0}, {'seed': 1, 'rl.prompt_per_step': 8}]\n",
+     "error: sweep run 1 (seed=1,prompt_per_step=8): sweep override: unknown config field "
+     "'rl.prompt_per_step'; closest fields: rl.prompts_per_step"),
     ("def get_sweep(arg=None):\n  return [{'seed': 0}, {'seed': 0}]\n",
      "error: sweep runs 0 and 1 would share the workdir runs/seed=0"),
 ])

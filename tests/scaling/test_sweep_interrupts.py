@@ -14,14 +14,15 @@ from rlscale.scaling import sweep
 from tests.scaling.test_sweep import _plan
 from tests.timeouts import hang_timeout
 
-# A stand-in run process: writes "<dir>/<name>.started", exits 0 on SIGTERM/SIGINT (as a run
-# does after its checkpoint) after writing "<dir>/<name>.signal", else sleeps.
+# A stand-in run process: writes "<dir>/<name>.started", exits 75 on SIGTERM/SIGINT (as a run
+# does after its checkpoint, rlscale.runner.interrupts.EXIT_INTERRUPTED) after writing
+# "<dir>/<name>.signal", else sleeps.
 STAND_IN = textwrap.dedent("""
     import os, signal, sys, time
     out, name = sys.argv[1], sys.argv[2]
     def stop(signum, frame):
       open(os.path.join(out, name + ".signal"), "w").write(str(signum))
-      sys.exit(0)
+      sys.exit(75)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     open(os.path.join(out, name + ".started"), "w").write(str(os.getpid()))

@@ -1,4 +1,5 @@
-"""`python -m rlscale.verify`: one JSON object, exit status 0, no JAX import."""
+"""`python -m rlscale.verify`: one JSON object and exit status 0 for any texts, one `error:` line
+and status 2 for bad arguments, no JAX import."""
 
 import json
 import os
@@ -23,10 +24,14 @@ from tests.timeouts import hang_timeout
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run(*args):
+def _process(*args):
   env = dict(os.environ, PYTHONPATH=ROOT)
-  proc = subprocess.run([sys.executable, "-m", "rlscale.verify", *args], capture_output=True,
+  return subprocess.run([sys.executable, "-m", "rlscale.verify", *args], capture_output=True,
                         text=True, timeout=hang_timeout(30), cwd=ROOT, env=env)
+
+
+def _run(*args):
+  proc = _process(*args)
   return proc.returncode, proc.stdout
 
 
@@ -38,14 +43,24 @@ def _run(*args):
     (("__import__('os').system('ls')", "0"), 0.0, None,
      "no answer found (tried boxed, answer_tag, gsm8k, last_number)"),
     (("--percent", r"\boxed{50\%}", "0.5"), 1.0, r"50\%", "correct: equal numbers"),
-    (("--rel-tol", "2", "1", "1"), 0.0, None,
-     "error: task.rel_tol must be a float in [0, 1), got 2.0"),
-    (("only-one-argument",), 0.0, None, "bad command-line arguments"),
+    # Equal values written differently: was "correct: identical".
+    (("1e3", "1000"), 1.0, "1e3", "correct: same expression after parsing"),
 ])
 def test_cli_prints_one_json_object_and_exits_zero(args, reward, extracted, reason):
   code, out = _run(*args)
   assert code == 0
   assert json.loads(out) == {"reward": reward, "extracted": extracted, "reason": reason}
+
+
+@pytest.mark.parametrize("args, line", [
+    # Each printed a JSON reward and exited 0, like an answer.
+    (("--rel-tol=abc", "1", "1"), "error: argument --rel-tol: invalid float value: 'abc'"),
+    (("--rel-tol", "2", "1", "1"), "error: task.rel_tol must be a float in [0, 1), got 2.0"),
+    (("only-one-argument",), "error: the following arguments are required: reference"),
+])
+def test_bad_arguments_print_one_error_line_and_exit_2(args, line):
+  proc = _process(*args)
+  assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n")
 
 
 def test_cli_does_not_import_jax():
