@@ -83,10 +83,11 @@ def test_train_phase_ab_smoke(tmp_path):
   assert set(report["median_seconds"]) == {"baseline", "full_prompt", "step_only"}
   assert all(len(v) == 2 for v in report["seconds"].values())
   assert all(check["allclose"] for check in report["numerical_check_vs_baseline"].values())
-  # chain_sum prompts (11 characters) in the sampler's 16-column bucket train on 12 columns.
+  # The smoke's two-term chain_sum prompts ("7 - 3 =", 7 characters) in the sampler's 16-column
+  # bucket train on 8 columns.
   workload = report["workload"]
-  assert workload["prompt_bucket"] == 16 and workload["prompt_real_tokens_max"] == 11
-  assert [w[0] for w in workload["trained_widths_prompt_response"]] == [12]
+  assert workload["prompt_bucket"] == 16 and workload["prompt_real_tokens_max"] == 7
+  assert [w[0] for w in workload["trained_widths_prompt_response"]] == [8]
   assert report["compiles_after_warmup"] == 0
 
 
