@@ -18,6 +18,31 @@ import numpy as np
 from rlscale.model.config import ModelConfig, RopeScaling
 
 
+# Logical axis names of every parameter, by a regex over its path ("layers_0/self_attn/q_proj/
+# kernel"); `rlscale.parallel.rules` maps the names to mesh axes. A table over the existing paths
+# rather than `nn.with_logical_partitioning` boxes: the params tree stays plain arrays for every
+# caller, and the same table names an HF-loaded tree and the optimizer state (mu/..., nu/...).
+# Fused dimensions take the name of their outer factor: q_proj's [hidden, H * D] output is split
+# into whole heads when the tensor axis divides H. tests/parallel/test_rules.py checks that every
+# parameter of every architecture option is named.
+PARAM_LOGICAL_AXES: tuple[tuple[str, tuple], ...] = (
+    (r"embed_tokens/embedding", ("vocab", "embed")),
+    (r"lm_head/kernel", ("embed", "vocab")),
+    (r"self_attn/q_proj/kernel", ("embed", "heads")),
+    (r"self_attn/q_proj/bias", ("heads",)),
+    (r"self_attn/[kv]_proj/kernel", ("embed", "kv_heads")),
+    (r"self_attn/[kv]_proj/bias", ("kv_heads",)),
+    (r"self_attn/o_proj/kernel", ("heads", "embed")),
+    (r"self_attn/o_proj/bias", ("norm",)),
+    (r"self_attn/[qk]_norm/weight", ("head_dim",)),
+    (r"mlp/(gate|up)_proj/kernel", ("embed", "mlp")),
+    (r"mlp/down_proj/kernel", ("mlp", "embed")),
+    (r"(input_layernorm|post_attention_layernorm|norm)/weight", ("norm",)),
+    (r"value_head/kernel", ("embed", None)),
+    (r"value_head/bias", (None,)),
+)
+
+
 class KVCache(NamedTuple):
   """Preallocated keys and values for every layer.
 
