@@ -29,7 +29,8 @@ MeshAxes = Union[None, str, tuple[str, ...]]
 # Logical name -> mesh axes, in order of preference (MaxText's base.yml logical_axis_rules in
 # miniature). Parameters: FSDP shards the model dimension (embed), tensor parallelism the heads,
 # the MLP's intermediate dimension and the vocabulary (Megatron: column- then row-parallel
-# layers); norms and head_dim stay replicated. Activations: batch over data x fsdp.
+# layers); norms and head_dim stay replicated. Activations (`transformer.ACTIVATION_AXES`):
+# rows over data x fsdp, the rest replicated (FSDP gathers weights, never the batch).
 DEFAULT_RULES: tuple[tuple[str, MeshAxes], ...] = (
     ("batch", ("data", "fsdp")),
     ("vocab", "tensor"),
@@ -39,6 +40,9 @@ DEFAULT_RULES: tuple[tuple[str, MeshAxes], ...] = (
     ("embed", "fsdp"),
     ("head_dim", None),
     ("norm", None),
+    ("activation_batch", ("data", "fsdp")),
+    ("activation_length", None),
+    ("activation_embed", None),
 )
 
 

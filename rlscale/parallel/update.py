@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Optional
 
+import flax.linen as nn
 import jax
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
@@ -23,6 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from rlscale.model.config import ModelConfig
 from rlscale.parallel.data import batch_sharding, global_batch
 from rlscale.parallel.mesh import batch_parallelism
+from rlscale.parallel.rules import DEFAULT_RULES
 from rlscale.parallel.shardings import state_shardings as derive_state_shardings
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.train import update as update_lib
@@ -48,7 +50,8 @@ def sharded_update_step(state: TrainState, batch, rng: jax.Array, **step_kwargs)
 
 def make_sharded_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientTransformation,
                            mesh, *, critic_optimizer: Optional[optax.GradientTransformation] = None,
-                           state_shardings=None, cpu_compiler_options=CPU_UPDATE_OPTIONS,
+                           state_shardings=None, rules=DEFAULT_RULES,
+                           cpu_compiler_options=CPU_UPDATE_OPTIONS,
                            measure_noise_scale: bool = False) -> Callable:
   """`sharded_update_step` under `jax.jit` over `mesh`, in and out shardings from the mesh, the
   state donated.
@@ -58,6 +61,8 @@ def make_sharded_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.G
       `update.make_update_fn`.
     mesh: a `mesh.make_mesh` Mesh. state_shardings: NamedShardings of the TrainState (default:
       `shardings.state_shardings`, which refuses an FSDP mesh that shards too little).
+    rules: logical axis rules (`rules.DEFAULT_RULES` format) of the state (when derived here)
+      and of the model's activation constraints (`transformer.constrain_activations`).
     cpu_compiler_options: XLA options of the step's executable on CPU (see compile_options).
   Returns: fn(state, batch, rng) -> (state, metrics): state placed by `fn.state_shardings`
     (`shardings.put_on_mesh`), batch global arrays (`data.global_batch`) or this process's host
@@ -74,10 +79,15 @@ def make_sharded_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.G
   if state_shardings is None:
     _, state_shardings = derive_state_shardings(
         model_config, optimizer, mesh, critic=update_lib.uses_critic(rl),
-        critic_optimizer=critic_optimizer)
-  step = functools.partial(sharded_update_step, model_config=model_config, rl_cfg=rl,
-                           optimizer=optimizer, critic_optimizer=critic_optimizer,
-                           measure_noise_scale=measure_noise_scale)
+        critic_optimizer=critic_optimizer, rules=rules)
+  step_kwargs = dict(model_config=model_config, rl_cfg=rl, optimizer=optimizer,
+                     critic_optimizer=critic_optimizer, measure_noise_scale=measure_noise_scale)
+
+  def step(state, batch, rng):
+    # Traced under the (abstract) mesh and the rules, so the model's activation constraints
+    # (`transformer.constrain_activations`) apply; `jax.set_mesh` is refused inside jit.
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+      return sharded_update_step(state, batch, rng, **step_kwargs)
   replicated = NamedSharding(mesh, PartitionSpec())
   compiled_by_layout = {}
 

@@ -78,3 +78,30 @@ def test_every_parameter_of_every_architecture_option_is_named():
   # norms (2), gate, up, down (3) = 15; plus embedding, lm_head, final norm, value head kernel and
   # bias (5): 2 * 15 + 5 = 35.
   assert len(flat) == 35
+
+
+def _lowered_forward_text(under_mesh: bool) -> str:
+  import contextlib  # pylint: disable=g-import-not-at-top
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from rlscale.model.transformer import forward  # pylint: disable=g-import-not-at-top
+  from rlscale.parallel import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  config = ModelConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_layers=1,
+                       num_heads=2, num_kv_heads=1, head_dim=4)
+  params = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+  tokens = jax.ShapeDtypeStruct((2, 3), jnp.int32)
+  mesh = mesh_lib.make_mesh(mesh_lib.mesh_config())
+  context = (jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if under_mesh
+             else contextlib.nullcontext())
+
+  def fn(params, tokens, mask):
+    with context, nn.logical_axis_rules(rules.DEFAULT_RULES):
+      return forward(params, config, tokens, mask).logits
+
+  return jax.jit(fn).lower(params, tokens, tokens).as_text()
+
+
+def test_model_constrains_activations_only_under_a_mesh():
+  # Embedding output, the layer's output and the final norm: 3 constraints under the mesh.
+  assert _lowered_forward_text(True).count("sharding_constraint") == 3
+  assert "sharding_constraint" not in _lowered_forward_text(False)
