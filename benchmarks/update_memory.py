@@ -3,6 +3,7 @@ this machine's CPU backend (compiled for abstract inputs, never run; see rlscale
 
   python benchmarks/update_memory.py --out DIR [--quick] [--layers 28] [--dtypes float32,bfloat16]
   python benchmarks/update_memory.py --out DIR --state_table   # seconds: no compile
+  python benchmarks/update_memory.py --out DIR --sharded [--models qwen3_8b,qwen3_32b] [--layers N]
 
 Writes DIR/update_memory.json: for each compute dtype and model.remat in (False, True), the
 per-device temporary, argument, output and peak GiB of the update step (GRPO preset, one
@@ -21,13 +22,31 @@ Each compile of the 28-layer step takes 1-4 minutes on a 2-core CPU; --quick com
 `--state_table` writes DIR/state_memory.json and prints a Markdown table instead: the memory each
 device holds for the training state of the Qwen3 sizes (`state_memory`), from the parameter
 count alone. The runner is data-parallel (`jax.pmap`), so every device holds all of it.
+
+--sharded: the jitted global-view step of `rlscale.parallel.update` for Qwen3-8B on {fsdp: 8} and
+Qwen3-32B on {fsdp: 8, tensor: 4}, each compiled (AOT, nothing allocated) in a subprocess with
+that many host devices forced (--xla_force_host_platform_device_count): one microbatch of
+8 x 4,096 tokens (2,048 response), remat, bfloat16 compute, float32 parameters and Adam moments.
+Adds to DIR/update_memory.json a "sharded" list, per entry model, mesh, per_device_bytes
+(arguments + outputs + temporaries of the partitioned executable's `memory_analysis()`) and the
+parameter + optimizer share per device (from the state's shardings). Goal (issue 20): Qwen3-8B at
+most 40 GiB per device on 8 devices. Measured (jax 0.10.2, XLA:CPU buffer assignment): Qwen3-8B on
+{fsdp: 8} 11.4 GiB of float32 parameters and Adam state and 42.4 GiB of temporaries per device
+(peak 53.8 GiB; arguments + outputs + temporaries 65.3 GiB, the outputs aliasing the donated
+state), so the goal is not met yet: the gathered embedding / lm_head (2.3 GiB each in float32,
+several copies), one row's float32 attention scores [32 heads, 4095, 4095] (2.0 GiB, several) and
+0.77 GiB more per layer dominate. Qwen3-32B on {fsdp: 8, tensor: 4}: 11.4 GiB of state and
+42.8 GiB of temporaries per device (peak 54.2 GiB). The 8B step compiles in 2.5-6 minutes
+here, the 32B one in 16.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import subprocess
 import sys
 import time
 
@@ -39,6 +58,7 @@ from experiments.configs.default import get_config  # noqa: E402
 from rlscale import outputs  # noqa: E402
 from rlscale.model.config import ModelConfig  # noqa: E402
 from rlscale.rl.presets import resolve_rl_config  # noqa: E402
+from rlscale.train.compile_options import CPU_UPDATE_OPTIONS  # noqa: E402
 from rlscale.train.memory import update_step_memory  # noqa: E402
 from rlscale.train.optimizer import make_optimizer  # noqa: E402
 
@@ -99,15 +119,107 @@ def state_table(sizes=tuple(QWEN3_SIZES)) -> tuple[list[dict], str]:
   return rows, "\n".join(lines)
 
 
+# (model config, mesh section) of the --sharded entries.
+SHARDED_MODELS = {
+    "qwen3_8b": (dict(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288,
+                      num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128),
+                 {"data": 1, "fsdp": 8, "tensor": 1}),
+    "qwen3_32b": (dict(vocab_size=151_936, hidden_size=5120, intermediate_size=25_600,
+                       num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128),
+                  {"data": 1, "fsdp": 8, "tensor": 4}),
+}
+
+
+def sharded_entry(name: str, layers: int = 0, rows: int = 8, prompt_len: int = 2048,
+                  response_len: int = 2048) -> dict:
+  """Compiles the sharded update step of SHARDED_MODELS[name] on this process's devices (their
+  count must be the mesh's) for abstract inputs and returns its entry. layers > 0 overrides the
+  layer count (a quick check)."""
+  from rlscale.parallel import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from rlscale.parallel import update as parallel_update  # pylint: disable=g-import-not-at-top
+  from rlscale.parallel.shardings import abstract_train_state  # pylint: disable=g-import-not-at-top
+  from rlscale.train.compile_options import compile_lowered  # pylint: disable=g-import-not-at-top
+  from rlscale.train.memory import StepMemory, abstract_batch  # pylint: disable=g-import-not-at-top
+  fields, mesh_cfg = SHARDED_MODELS[name]
+  model = ModelConfig(**{**fields, "num_layers": layers or fields["num_layers"]},
+                      rope_theta=1_000_000.0, tie_embeddings=False, qk_norm=True,
+                      dtype="bfloat16", param_dtype="float32", remat=True)
+  config = get_config()
+  config.rl.prompts_per_step, config.rl.group_size, config.rl.microbatches = 1, rows, 1
+  rl = resolve_rl_config(config.rl)
+  optimizer = make_optimizer(config.optim, batch_size=rows, total_steps=100)
+  mesh = mesh_lib.make_mesh(mesh_cfg)
+  start = time.perf_counter()
+  fn = parallel_update.make_sharded_update_fn(model, rl, optimizer, mesh)
+  state = abstract_train_state(model, optimizer)
+  batch = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype)
+           for k, v in abstract_batch(rl, rows, prompt_len, response_len).items()}
+  rng = jax.eval_shape(lambda: jax.random.key(0))
+  jitted = fn.jitted(batch)
+  stats = compile_lowered(jitted.lower(state, batch, rng), CPU_UPDATE_OPTIONS).memory_analysis()
+  memory = StepMemory(temp_bytes=int(stats.temp_size_in_bytes),
+                      argument_bytes=int(stats.argument_size_in_bytes),
+                      output_bytes=int(stats.output_size_in_bytes),
+                      alias_bytes=int(stats.alias_size_in_bytes),
+                      generated_code_bytes=int(stats.generated_code_size_in_bytes))
+
+  def shard_bytes(tree, shardings) -> int:
+    return sum(math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize
+               for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)))
+
+  return {"model": {"qwen3_8b": "Qwen3-8B", "qwen3_32b": "Qwen3-32B"}[name],
+          "layers": model.num_layers, "mesh": mesh_cfg, "devices": jax.device_count(),
+          "num_params": model.num_params(), "rows": rows, "prompt_len": prompt_len,
+          "response_len": response_len, "dtype": model.dtype, "param_dtype": model.param_dtype,
+          "remat": True, "per_device_bytes": memory.argument_bytes + memory.output_bytes
+          + memory.temp_bytes, "per_device_peak_bytes": memory.peak_bytes,
+          "param_bytes_per_device": shard_bytes(state.params, fn.state_shardings.params),
+          "optimizer_bytes_per_device": shard_bytes(state.opt_state, fn.state_shardings.opt_state),
+          **memory.gib(), "compile_seconds": round(time.perf_counter() - start, 1)}
+
+
+def run_sharded(out_dir: str, models: list[str], layers: int) -> None:
+  """Each entry of `models` in a subprocess with its mesh's device count forced; the entries are
+  added (by model and mesh) to out_dir/update_memory.json's "sharded" list."""
+  path = os.path.join(out_dir, "update_memory.json")
+  existing = {}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      existing = json.load(f)
+  entries = existing.get("sharded", [])
+  for name in models:
+    devices = math.prod(SHARDED_MODELS[name][1].values())
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--out", out_dir,
+                          "--one_sharded", name, "--layers", str(layers)], env=env,
+                         capture_output=True, text=True, check=False)
+    if out.returncode:
+      print(f"error: {name}: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}",
+            file=sys.stderr)
+      continue
+    entry = json.loads(out.stdout.strip().splitlines()[-1])
+    print(json.dumps(entry), flush=True)
+    entries = [e for e in entries if (e["model"], e["mesh"], e.get("layers")) !=
+               (entry["model"], entry["mesh"], entry["layers"])] + [entry]
+  existing["sharded"] = entries
+  outputs.write_json(path, existing, indent=2)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", required=True)
-  parser.add_argument("--layers", type=int, default=28)
+  parser.add_argument("--layers", type=int, default=None,
+                      help="layer count (default: 28 for the 0.6B shape, the model's with --sharded)")
   parser.add_argument("--quick", action="store_true", help="2 layers instead of --layers")
   parser.add_argument("--rows", type=int, default=8)
   parser.add_argument("--prompt_len", type=int, default=512)
   parser.add_argument("--response_len", type=int, default=512)
   parser.add_argument("--dtypes", default="float32", help="compute dtypes, comma-separated")
+  parser.add_argument("--sharded", action="store_true",
+                      help="the sharded step of --models on their meshes (see the docstring)")
+  parser.add_argument("--models", default="qwen3_8b,qwen3_32b")
+  parser.add_argument("--one_sharded", help=argparse.SUPPRESS)
   parser.add_argument("--state_table", action="store_true",
                       help="only the per-device training-state table of the Qwen3 sizes")
   args = parser.parse_args()
@@ -116,8 +228,16 @@ def main() -> None:
     print(table)
     outputs.write_json(os.path.join(args.out, "state_memory.json"), {"rows": rows}, indent=2)
     return
-  if args.quick:
-    args.layers = 2
+  if args.one_sharded:
+    print(json.dumps(sharded_entry(args.one_sharded, args.layers or 0)))
+    return
+  if args.sharded:
+    unknown = sorted(set(args.models.split(",")) - set(SHARDED_MODELS))
+    if unknown:
+      parser.exit(2, f"error: --models: unknown {unknown}, allowed {sorted(SHARDED_MODELS)}\n")
+    run_sharded(args.out, args.models.split(","), args.layers or 0)
+    return
+  args.layers = 2 if args.quick else (args.layers or 28)
   config = get_config()
   config.rl.prompts_per_step, config.rl.group_size = 1, args.rows
   rl = resolve_rl_config(config.rl)

@@ -1,0 +1,135 @@
+"""Subprocess worker of tests/parallel/test_sharded_update.py (needs 8 host devices, set before JAX
+starts: XLA_FLAGS=--xla_force_host_platform_device_count=8).
+
+  python -m tests.parallel.sharded_update_worker
+
+Runs two update steps of the shared tiny problem (tests/train/update_problem.py) with the jitted
+global-view step on each mesh and with the one-device pmap step, and prints one JSON line: per
+case the relative differences of loss, gradients (recorded by the optimizer) and metrics after the
+first step, the largest parameter difference after the second, whether every state leaf kept its
+sharding, and the rows each device holds of the batch.
+"""
+
+import json
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from rlscale.parallel import data as data_lib
+from rlscale.parallel import mesh as mesh_lib
+from rlscale.parallel import shardings as shardings_lib
+from rlscale.parallel import update as parallel_update
+from rlscale.train import state as state_lib
+from rlscale.train import update as update_lib
+from tests.train import update_problem as problem
+
+CASES = {  # name: (algorithm, rl fields, (data, fsdp, tensor))
+    **{f"data{n}": ("grpo", {"kl_coef": 0.1}, (n, 1, 1)) for n in (1, 2, 4, 8)},
+    **{f"mesh{d}{f}{t}": ("grpo", {"kl_coef": 0.1}, (d, f, t))
+       for d, f, t in ((2, 4, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1))},
+    "mesh122_minibatches2_micro2": ("grpo", {"kl_coef": 0.1, "minibatches": 2, "microbatches": 2},
+                                    (1, 2, 2)),
+    "ppo_mesh222": ("ppo", {}, (2, 2, 2)),
+}
+
+
+class Recorded(NamedTuple):
+  """The gradient the optimizer received last."""
+  grads: Any
+
+
+def recording(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`inner` (a make_optimizer chain) whose state tuple starts with the incoming gradient, so a
+  step's gradient can be read from its state (the chain stays flat for current_learning_rate)."""
+
+  def init(params):
+    return (Recorded(jax.tree.map(jnp.zeros_like, params)),) + tuple(inner.init(params))
+
+  def update(grads, state, params=None):
+    updates, inner_state = inner.update(grads, tuple(state[1:]), params)
+    return updates, (Recorded(grads),) + tuple(inner_state)
+
+  return optax.GradientTransformation(init, update)
+
+
+def _host(tree):
+  return jax.tree.map(np.asarray, jax.device_get(tree))
+
+
+def _reference(rl, tx, params, critic, host):
+  """Per step (state after it on the host, metrics) of the one-device pmap step."""
+  device = jax.devices()[:1]
+  fn = update_lib.make_update_fn(problem.MODEL, rl, tx, devices=device)
+  state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic), device)
+  batch = update_lib.shard_batch(host, 1)
+  out = []
+  for i in range(2):
+    state, metrics = fn(state, batch, jax.random.key(100 + i))
+    out.append((_host(update_lib.unreplicate(state)), {k: float(v[0]) for k, v in _host(metrics).items()}))
+  return out
+
+
+def _sharded(rl, tx, params, critic, host, shape):
+  """Per step (state on the host, metrics) of the jitted step on a mesh of `shape`, whether the
+  state kept its shardings, and the batch rows per device."""
+  devices = jax.devices()[:int(np.prod(shape))]
+  mesh = mesh_lib.make_mesh(mesh_lib.mesh_config(*shape), devices)
+  fn = parallel_update.make_sharded_update_fn(problem.MODEL, rl, tx, mesh)
+  state = shardings_lib.put_on_mesh(state_lib.create_train_state(params, tx, critic_params=critic),
+                                    fn.state_shardings)
+  batch = data_lib.global_batch(host, mesh)
+  out, kept = [], True
+  for i in range(2):
+    state, metrics = fn(state, batch, jax.random.key(100 + i))
+    kept &= all(leaf.sharding.is_equivalent_to(sharding, leaf.ndim) for leaf, sharding in zip(
+        jax.tree.leaves(state), jax.tree.leaves(fn.state_shardings)))
+    out.append((_host(state), {k: float(v) for k, v in _host(metrics).items()}))
+  rows = sorted({s.data.shape[0] for s in batch["tokens"].addressable_shards})
+  q_shard = state.params["layers_0"]["self_attn"]["q_proj"]["kernel"].addressable_shards[0].data.shape
+  return out, kept, rows, list(q_shard)
+
+
+def _rel_norm(a, b) -> float:
+  """Largest over leaves of |a - b| / |b| (Frobenius norms)."""
+  return max(float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _max_diff(a, b) -> float:
+  return max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def compare() -> dict:
+  results = {}
+  references = {}
+  for name, (algorithm, fields, shape) in CASES.items():
+    rl = problem.rl_config(algorithm, **fields)
+    tx = recording(problem.make_optimizer(rl))
+    params, critic = problem.initial_params(rl)
+    host = problem.host_batch(rl, params, critic, devices=jax.devices()[:1])
+    key = (algorithm, tuple(sorted(fields.items())))
+    if key not in references:
+      references[key] = _reference(rl, tx, params, critic, host)
+    reference = references[key]
+    run, kept, rows, q_shard = _sharded(rl, tx, params, critic, host, shape)
+    (ref1, ref_m1), (ref2, _) = reference
+    (run1, run_m1), (run2, _) = run
+    results[name] = {
+        "mesh": list(shape),
+        "loss": abs(run_m1["loss"] - ref_m1["loss"]) / abs(ref_m1["loss"]),
+        "grads": _rel_norm(run1.opt_state[0].grads, ref1.opt_state[0].grads),
+        "metrics": max(abs(run_m1[k] - ref_m1[k]) / max(abs(ref_m1[k]), 1.0) for k in ref_m1),
+        "metric_keys_equal": sorted(run_m1) == sorted(ref_m1),
+        "params": _max_diff(run2.params, ref2.params),
+        "critic_params": 0.0 if critic is None else _max_diff(run2.critic_params, ref2.critic_params),
+        "shardings_kept": bool(kept), "rows_per_device": rows, "q_proj_shard": q_shard,
+    }
+  return results
+
+
+if __name__ == "__main__":
+  assert jax.device_count() == 8, jax.devices()
+  print(json.dumps(compare()))
