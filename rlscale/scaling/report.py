@@ -836,7 +836,8 @@ def claims(report: dict) -> list[dict]:
   add("target", f"Target {t['metric']} >= {t['value']:g} ({t['chosen']}): "
       + (f"{z:.1f} standard errors above the warm start ({t['warm_start']:.3f} on "
          f"{t['eval_size']} prompts)" if z is not None else "distance from the warm start unknown")
-      + (" — WEAK: fewer than 3 SE, reported only because --allow_weak_target was given"
+      + ((" — WEAK: fewer than 3 SE, allowed because this is a smoke sweep" if report.get("smoke")
+          else " — WEAK: fewer than 3 SE, reported only because --allow_weak_target was given")
          if t.get("weak") else "") + ".")
   n_seeds = len(report["seeds"])
   if n_seeds < decision_lib.MIN_SEEDS:
@@ -914,9 +915,11 @@ def claims(report: dict) -> list[dict]:
     add("validation", "Validation not run: no decision's time ratio was measured on runs executed "
         "alone (`python -m rlscale.sweep ... --validate`).", False)
   elif val:
-    agree = sum(v["measured_verdict"] == v["predicted_verdict"] for v in val)
-    add("validation", f"Validation ({val[0]['source']}): measured verdict equals predicted in "
-        f"{agree} of {len(val)} decisions.")
+    resolved = [v for v in val if v["measured_verdict"] in ("faster", "slower")]
+    agree = sum(v["measured_verdict"] == v["predicted_verdict"] for v in resolved)
+    add("validation", f"Validation ({val[0]['source']}): {len(resolved)} of {len(val)} decisions "
+        f"resolved on the runs' own clocks, {agree} of them as predicted.",
+        bool(resolved) and agree == len(resolved))
   tokens = [v for v in report["response_tokens"].values() if v is not None]
   if tokens:
     add("data", f"Mean response length {min(tokens):.1f}-{max(tokens):.1f} tokens across batches.")

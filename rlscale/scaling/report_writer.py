@@ -87,7 +87,8 @@ def _header(report) -> list[str]:
   t = report["target"]
   z = t.get("standard_errors_above_warm_start")
   weak = ("**WEAK TARGET: fewer than 3 standard errors above the warm start, reported only "
-          "because --allow_weak_target was given.** " if t.get("weak") else "")
+          + ("because this is a smoke sweep.** " if report.get("smoke") else
+             "because --allow_weak_target was given.** ") if t.get("weak") else "")
   source = ("measured alone on the machine" + (f" ({report['throughput_device']})"
                                                if report.get("throughput_device") else "")
             if report["throughput_source"] == "profile" else

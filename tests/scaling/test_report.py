@@ -412,20 +412,26 @@ def test_three_seeds_give_paired_intervals_and_verdicts(tmp_path):
   assert report["response_tokens"] == {"8": 3.0, "16": 3.0}
 
 
+def _speed_up_clocks(root, prefix, factor):
+  """Divides the phase clocks (wall/generation, wall/training) of the runs under root/runs whose
+  name starts with `prefix` by `factor`."""
+  for name in os.listdir(os.path.join(root, "runs")):
+    if name.startswith(prefix):
+      path = os.path.join(root, "runs", name, "metrics.jsonl")
+      records = [json.loads(line) for line in open(path)]
+      for r in records:
+        for p in ("generation", "training"):
+          r[f"wall/{p}"] = r[f"wall/{p}"] / factor
+      with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+
+
 def test_validation_runs_measure_the_time_ratio_on_their_own_clocks(tmp_path):
   root = str(tmp_path)
   _three_seed_sweep(root)
   # The validation runs: same curves, but the B = 16 runs take 8 s per step alone (4 x slower).
   _three_seed_sweep(os.path.join(root, "validation"), seconds=(4.0, 0.0, 4.0))
-  for name in os.listdir(os.path.join(root, "validation", "runs")):
-    if name.startswith("b8"):  # the base keeps 2 s per step: rewrite its clock
-      path = os.path.join(root, "validation", "runs", name, "metrics.jsonl")
-      records = [json.loads(line) for line in open(path)]
-      for r in records:
-        for p in ("generation", "training"):
-          r[f"wall/{p}"] = r[f"wall/{p}"] / 4
-      with open(path, "w") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in records))
+  _speed_up_clocks(os.path.join(root, "validation"), "b8", 4)  # the base keeps 2 s per step
   report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
   v = next(v for v in report["validation"] if v["lr_rule"] == "none")
   # Measured T per seed: base N*/(8 responses per 2 s), candidate N*/(16 per 8 s) -> ratio
@@ -516,3 +522,20 @@ def test_decisions_for_another_machine_from_its_profile(tmp_path):
   assert saved["throughput_device"] == "cuda:0"
   assert next(d for d in saved["decisions"] if d["lr_rule"] == "none")["verdict"] == "faster"
   assert "(decisions for cuda:0)" in out.stdout
+
+
+def test_validation_claim_counts_only_resolved_measurements(tmp_path):
+  # Validation runs at 8 s per step at both batches: measured T ratio = N* ratio / 2 per seed
+  # (0.25, 0.25, 0.125), interval below 1: faster, as predicted, for none and tuned (2 decisions).
+  root = str(tmp_path)
+  _three_seed_sweep(root)
+  _three_seed_sweep(os.path.join(root, "validation"), seconds=(4.0, 0.0, 4.0))
+  report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
+  claim = next(c for c in report["claims"] if c["topic"] == "validation")
+  assert "2 of 2 decisions resolved on the runs' own clocks, 2 of them as predicted" in claim["text"]
+  assert claim["resolved"] is True
+  # With the base's clock 4x faster (test above), the measured interval contains 1: 0 resolved.
+  _speed_up_clocks(os.path.join(root, "validation"), "b8", 4)
+  report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
+  claim = next(c for c in report["claims"] if c["topic"] == "validation")
+  assert "0 of 2 decisions resolved" in claim["text"] and claim["resolved"] is False
