@@ -40,6 +40,11 @@ def _check_level(level: float) -> None:
     raise ValueError(f"confidence level must be in (0, 1), got {level}")
 
 
+def t_quantile(dof: int, level: float = LEVEL) -> float:
+  """The two-sided t quantile t_{dof, (1+level)/2} of a `level` interval."""
+  return float(stats.t.ppf((1 + level) / 2, dof))
+
+
 def t_interval(values: Sequence[float], *, level: float = LEVEL) -> tuple[float, float] | None:
   """t interval of the mean of `values` (mean +- t_{n-1} sd / sqrt(n)), or None for n < MIN_SEEDS.
 
@@ -50,7 +55,7 @@ def t_interval(values: Sequence[float], *, level: float = LEVEL) -> tuple[float,
     raise ValueError(f"t interval needs finite values, got {v}")
   if v.size < MIN_SEEDS:
     return None
-  half = stats.t.ppf((1 + level) / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
+  half = t_quantile(v.size - 1, level) * v.std(ddof=1) / math.sqrt(v.size)
   return float(v.mean() - half), float(v.mean() + half)
 
 
@@ -129,6 +134,6 @@ def seeds_needed(sd: float, half_width: float, *, level: float = LEVEL, max_seed
     raise ValueError(f"seeds_needed needs sd >= 0 and half_width > 0, got {sd}, {half_width}")
   _check_level(level)
   for n in range(MIN_SEEDS, max_seeds + 1):
-    if stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) <= half_width:
+    if t_quantile(n - 1, level) * sd / math.sqrt(n) <= half_width:
       return n
   return max_seeds

@@ -736,7 +736,7 @@ def _lr_exponent(tuned: dict, reference_batch: int) -> dict:
     entry.update(exponent=float(slope), ci=None)
     return entry
   se = math.sqrt(np.sum(resid ** 2) / dof / np.sum((x - x.mean()) ** 2))
-  half = float(decision_lib.stats.t.ppf(0.975, dof) * se)
+  half = decision_lib.t_quantile(dof) * se
   entry.update(exponent=float(slope), ci=[float(slope - half), float(slope + half)])
   return entry
 
