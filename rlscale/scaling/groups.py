@@ -9,7 +9,7 @@ with multiplier 1 belongs to every rule's group (every rule gives lr0 there); a 
 (multiplier != 1) belongs to none, even when its LR equals another rule's value. A rule met at
 one batch only compares nothing and is dropped.
 
-Tuned group. At each batch, the LR with the lowest mean samples-to-target among every LR tried
+Tuned group. Chosen among the grid's rows (`grid_rows`). At each batch, the LR with the lowest mean samples-to-target among every LR tried
 there (censored runs at their budget, a lower bound). Picking the best of noisy estimates biases
 its N* down (the winner's curse), so the tuned group's N* for seed s is read at the LR chosen on
 the *other* seeds (leave-one-seed-out): each reported value is independent of its own selection.
@@ -77,8 +77,8 @@ class TunedGroup:
   selection: str
 
 
-def _by_learning_rate(rows: Sequence[dict]) -> dict[float, dict]:
-  """{lr: {seed_key: row}} with LRs equal within rel. tolerance 1e-6 merged; of two runs with the
+def by_learning_rate(rows: Sequence[dict]) -> dict[float, dict]:
+  """{lr: {seed_key (tuple): row}} with LRs equal within rel. tolerance 1e-6 merged; of two runs with the
   same LR and seed key (duplicates the sweep planner would have merged) the first is kept."""
   out: dict[float, dict] = {}
   for row in rows:
@@ -104,7 +104,7 @@ def tuned_group(rows: Sequence[dict]) -> TunedGroup:
   """The tuned group of the rows at one batch (module docstring). Raises ValueError when empty."""
   if not rows:
     raise ValueError("a tuned group needs at least one run")
-  by_lr = _by_learning_rate(rows)
+  by_lr = by_learning_rate(rows)
   best = _best(by_lr)
   seeds = sorted({tuple(r["seed_key"]) for r in rows})
   tried = sorted(by_lr)
@@ -120,6 +120,26 @@ def tuned_group(rows: Sequence[dict]) -> TunedGroup:
   bracketed = len(tried) >= MIN_GRID and tried[0] < best < tried[-1]
   return TunedGroup(int(rows[0]["batch_size"]), chosen, float(best), [float(x) for x in tried],
                     bool(bracketed), selection)
+
+
+def grid_rows(rows: Sequence[dict]) -> list[dict]:
+  """The rows the tuned group may choose from: runs of plain Adam (a `sqrt_adam` run also changes
+  Adam's betas and eps, so it is another optimizer, not another point of the LR grid), and at each
+  batch only the seed keys that ran the whole grid there (as many LRs as any seed key did). A
+  seed key run at one LR (a robustness warm start under one rule) would otherwise always be
+  "tuned" to that LR when it is left out of the choice, and would weigh on the grid's means at one
+  point only. Without a grid (every seed key at the same LRs) every plain-Adam row is kept."""
+  plain = [r for r in rows if r.get("lr_rule") != "sqrt_adam"]
+  out = []
+  for batch in sorted({r["batch_size"] for r in plain}):
+    at_batch = [r for r in plain if r["batch_size"] == batch]
+    lrs_per_key: dict[tuple, int] = {}
+    for by_seed in by_learning_rate(at_batch).values():
+      for key in by_seed:
+        lrs_per_key[key] = lrs_per_key.get(key, 0) + 1
+    whole = max(lrs_per_key.values())
+    out += [r for r in at_batch if lrs_per_key[tuple(r["seed_key"])] == whole]
+  return out
 
 
 def tuned_groups(rows: Sequence[dict]) -> dict[int, TunedGroup]:

@@ -44,6 +44,7 @@ from rlscale.scaling import fits
 from rlscale.scaling import groups as groups_lib
 from rlscale.scaling import noise_scale
 from rlscale.scaling import target as target_lib
+from rlscale.scaling import tuned_lr
 from rlscale.scaling.groups import LR_RULES, TUNED
 from rlscale.scaling.throughput import PHASES
 from rlscale.train.optimizer import scaled_learning_rate
@@ -380,7 +381,8 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str | N
   per_run = {run.name: run for run in runs}
 
   groups = groups_lib.rule_groups(run_rows)
-  tuned = groups_lib.tuned_groups(run_rows)
+  grid = groups_lib.grid_rows(run_rows)
+  tuned = groups_lib.tuned_groups(grid)
   for batch, group in tuned.items():
     groups[(TUNED, batch)] = group.rows
   # reference_batch counts responses per optimizer update (the LR rule's unit); the curves are
@@ -389,6 +391,7 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str | N
   invariance = _invariance(groups, per_run, tgt["metric"], window, reference_batch * minibatches)
   group_stats = _group_stats(groups, tuned, throughput)
   decisions = _decisions(groups, throughput)
+  decisions_by_warm_start = _decisions_by_warm_start(groups, throughput)
   validation = _validation(sweep_dir, meta, decisions, groups, memberships, row_args, runs)
   scaling_fit = _scaling_fit(group_stats, throughput)
   gns = _gns(runs)
@@ -408,6 +411,7 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str | N
       "groups": group_stats,
       "invariance": invariance,
       "decisions": decisions,
+      "decisions_by_warm_start": decisions_by_warm_start,
       "validation": validation,
       "generation_throughput_ratio": _generation_ratio(throughput),
       "throughput": {str(b): throughput.by_batch[b] for b in sorted(throughput.by_batch)},
@@ -416,7 +420,7 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str | N
       # The profile's own fits (generation a + b B and where b B = a, training vs tokens).
       "profile_fits": (profile or {}).get("fits"),
       "scaling_fit": scaling_fit,
-      "tuned_lr_exponent": _lr_exponent(tuned, reference_batch * minibatches),
+      "tuned_lr_exponent": tuned_lr.lr_exponent(grid, reference_batch * minibatches),
       "gns": gns,
       "response_tokens": _response_tokens(run_rows),
   }
@@ -579,6 +583,21 @@ def _decisions(groups, throughput) -> list[dict]:
   return out
 
 
+def _decisions_by_warm_start(groups, throughput) -> dict[str, list[dict]]:
+  """{warm start's seed: the decisions on its seed keys alone} when the runs come from more than
+  one warm start, else {}. A robustness warm start run under fewer rules or seeds than the first
+  would otherwise set the pooled decision (e.g. censor it) by itself; split, each warm start says
+  whether the answer holds from another starting point."""
+  warm_starts = sorted({_key(r)[0] for rows in groups.values() for r in rows})
+  if len(warm_starts) < 2:
+    return {}
+  out = {}
+  for w in warm_starts:
+    mine = {k: [r for r in rows if _key(r)[0] == w] for k, rows in groups.items()}
+    out[str(w)] = _decisions({k: rows for k, rows in mine.items() if rows}, throughput)
+  return out
+
+
 def _paired(candidate: dict, base: dict):
   """(decision.paired_log_ratio over the common seed keys where both values are > 0, or None when
   there is none; how many common keys were left out). A run that met the target at its warm start
@@ -716,31 +735,6 @@ def _describe_optimal_batch(best: float | None) -> float | str | None:
   return "smaller than any tried (N* grows faster than linearly in B)"
 
 
-def _lr_exponent(tuned: dict, reference_batch: int) -> dict:
-  """The tuned LR against batch: the slope of log lr* on log B (0 = none, 0.5 = sqrt, 1 = linear)
-  by least squares over the bracketed batches, with its t interval (n - 2 degrees of freedom);
-  None below 3 bracketed batches."""
-  rows = [(b, g.learning_rate) for b, g in sorted(tuned.items()) if g.bracketed]
-  entry = {"batches": [b for b, _ in rows], "n": len(rows),
-           "unbracketed_batches": [b for b, g in sorted(tuned.items()) if not g.bracketed]}
-  if len(rows) < 3:
-    entry.update(exponent=None, ci=None,
-                 note=f"{len(rows)} batch(es) with a bracketed best LR: 3 needed for a slope")
-    return entry
-  x = np.log([b / reference_batch for b, _ in rows])
-  y = np.log([lr for _, lr in rows])
-  slope, intercept = np.polyfit(x, y, 1)
-  resid = y - (intercept + slope * x)
-  dof = len(rows) - 2
-  if dof == 0 or np.sum((x - x.mean()) ** 2) == 0:
-    entry.update(exponent=float(slope), ci=None)
-    return entry
-  se = math.sqrt(np.sum(resid ** 2) / dof / np.sum((x - x.mean()) ** 2))
-  half = decision_lib.t_quantile(dof) * se
-  entry.update(exponent=float(slope), ci=[float(slope - half), float(slope + half)])
-  return entry
-
-
 def _gns(runs: Sequence[RunData]) -> dict:
   """B_simple pooled per training phase (first and second half of each run's steps) over every
   run that logged the noise-scale norms at two batch sizes, with an interval over steps; per run
@@ -876,6 +870,12 @@ def claims(report: dict) -> list[dict]:
         f"(N* ratio {_fmt_num(d['samples_ratio'])}, q ratio {_fmt_num(d['throughput_ratio'])}, "
         f"{d['n_seeds']} seeds): {d['verdict']}" + (f" ({d['why']})" if d.get("why") else "") + ".",
         d["verdict"] != "unresolved")
+  for w, decisions in (report.get("decisions_by_warm_start") or {}).items():
+    for d in decisions:
+      add("decision_by_warm_start", f"Warm start {w} alone, {d['lr_rule']}: B = {d['candidate']} vs "
+          f"{d['base']}: predicted time ratio {_fmt_num(d['predicted_time_ratio'])} "
+          f"{_interval_text(d['time_ratio_ci'])} ({d['n_seeds']} seeds): {d['verdict']}"
+          + (f" ({d['why']})" if d.get("why") else "") + ".", d["verdict"] != "unresolved")
   batches = sorted({g["batch_size"] for g in report["groups"]})
   for other in ("sqrt", TUNED):
     for batch in batches:
@@ -890,8 +890,11 @@ def claims(report: dict) -> list[dict]:
           f"{words}" + (" (a side is censored)" if censored else "") + ".", verdict != "unresolved")
   e = report.get("tuned_lr_exponent") or {}
   if e.get("exponent") is not None:
-    add("tuned_lr", f"Tuned LR vs batch: exponent {e['exponent']:.2f} {_interval_text(e['ci'])} "
-        f"over {e['n']} bracketed batches (0 = none, 0.5 = sqrt, 1 = linear).", e.get("ci") is not None)
+    missing = f"(no interval: {e['note']})" if e.get("note") else "(no interval)"
+    add("tuned_lr", f"Tuned LR vs batch: exponent {e['exponent']:.2f} "
+        f"{_interval_text(e['ci'], missing=missing)} over {e['n']} bracketed batches, optimum "
+        "interpolated between grid points, jackknife over seed keys (0 = none, 0.5 = sqrt, "
+        "1 = linear).", e.get("ci") is not None)
   elif e:
     add("tuned_lr", f"Tuned LR vs batch: no exponent ({e.get('note')}); not bracketed at B = "
         f"{', '.join(map(str, e.get('unbracketed_batches', []))) or '-'}.", False)

@@ -392,10 +392,14 @@ def _error_from_log(path: str) -> str:
 
 def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec: str = "",
             cli_overrides: dict[str, Any] | None = None, meta: dict[str, Any] | None = None,
-            shard: tuple[int, int] | None = None, log: Callable[[str], None] = print) -> SweepRecord:
+            shard: tuple[int, int] | None = None, processes: bool = False,
+            log: Callable[[str], None] = print) -> SweepRecord:
   """Runs every run not yet finished; returns the SweepRecord (also written to disk).
 
-  parallel == 1 runs them one after another in this process; parallel > 1 starts each as
+  parallel == 1 runs them one after another in this process (in a process of its own each when
+  `processes`: a long series of runs in one process can exhaust memory XLA never returns, and
+  each run then starts from the same clean state, as a timed validation run must); parallel > 1
+  starts each as
   `python -m rlscale.main ...` (`run_command`) pinned to its share of the cores, at most
   `parallel` at a time, with its output in <workdir>/runs/<name>/sweep_log.txt. A failed run is
   recorded with its error and the others continue; when it stopped before writing results its
@@ -418,7 +422,7 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
     return record
   prepare_warm_starts(todo, workdir, log)
   progress = Progress(runs, parallel, log)
-  if parallel <= 1:
+  if parallel <= 1 and not processes:
     for i, run in enumerate(todo):
       progress.started(run, todo[i:])
       t0 = time.perf_counter()
@@ -431,7 +435,8 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
         record.interrupted_by = signal.SIGINT
         break
     return record
-  _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, record, progress, log)
+  _execute_processes(todo, workdir, max(parallel, 1), sweep_spec, cli_overrides, record, progress,
+                     log)
   return record
 
 
@@ -615,15 +620,25 @@ def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | No
 VALIDATION_DIR = "validation"
 
 
+def seed_key(config) -> tuple[int, int]:
+  """(warm start's seed, RL seed) of a run's config: runs with one key share the warm start and
+  the prompt stream, the unit the report pairs decisions over."""
+  from rlscale.runner import sft  # pylint: disable=g-import-not-at-top
+  return (sft.effective_sft_seed(config), int(config.seed))
+
+
 def validation_runs(runs: Sequence[Run], report: dict) -> list[Run]:
   """The runs the report's decisions compare (every group of every decision, base and candidate),
-  in the sweep's order."""
+  seed key by seed key (sweep order within one): a validation stopped part way then holds whole
+  seeds, each pairing every decision, instead of every seed of the first groups only."""
   wanted = set()
   groups = {(g["rule"], g["batch_size"]): g for g in report["groups"]}
   for d in report["decisions"]:
     for batch in (d["base"], d["candidate"]):
       wanted.update(groups[(d["lr_rule"], batch)]["runs"])
-  return [run for run in runs if run.name in wanted]
+  order = {run.name: i for i, run in enumerate(runs)}
+  chosen = [run for run in runs if run.name in wanted]
+  return sorted(chosen, key=lambda run: (seed_key(run.config), order[run.name]))
 
 
 def run_validation(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | None = None,
@@ -653,7 +668,7 @@ def run_validation(sweep_file: str | types.ModuleType, workdir: str, *, arg: str
           "base_learning_rate": base.optim.learning_rate,
           "reference_batch": base.optim.reference_batch, "validation_of": workdir, "parallel": 1}
   record = execute(todo, target, parallel=1, sweep_spec=spec, cli_overrides=overrides, meta=meta,
-                   log=log)
+                   processes=True, log=log)
   statuses = {name: entry["status"] for name, entry in record.entries.items()}
   return {"workdir": target, "record": record.path, "runs": list(statuses), "statuses": statuses,
           "failed": record.failed(), "interrupted_by": record.interrupted_by,

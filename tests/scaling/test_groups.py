@@ -57,3 +57,16 @@ def test_reference_run_belongs_to_every_rule_and_a_grid_run_to_none():
 def test_errors():
   with pytest.raises(ValueError, match="at least one run"):
     groups.tuned_group([])
+
+
+def test_grid_rows_drop_sqrt_adam_and_seed_keys_outside_the_grid():
+  # Batch 64: seed keys [0, 0] and [0, 1] ran three LRs, [1, 0] (a second warm start) one, and a
+  # sqrt_adam run (another optimizer) sits at the grid's middle LR.
+  grid = [row(f"lr{lr}s{s}", lr, s, 100) for s in (0, 1) for lr in (1e-4, 2e-4, 4e-4)]
+  robustness = dict(row("w1", 2e-4, 0, 50), seed_key=[1, 0])
+  adam = dict(row("adam", 2e-4, 0, 10), lr_rule="sqrt_adam")
+  kept = groups.grid_rows(grid + [robustness, adam])
+  assert [r["name"] for r in kept] == [r["name"] for r in grid]
+  # Without a grid (every seed key at the same two LRs) nothing but sqrt_adam is dropped.
+  two = [row(f"lr{lr}s{s}", lr, s, 100, batch=256) for s in (0, 1) for lr in (1e-4, 2e-4)]
+  assert groups.grid_rows(two + [dict(adam, batch_size=256)]) == two

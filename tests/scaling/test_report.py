@@ -539,3 +539,35 @@ def test_validation_claim_counts_only_resolved_measurements(tmp_path):
   report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
   claim = next(c for c in report["claims"] if c["topic"] == "validation")
   assert "0 of 2 decisions resolved" in claim["text"] and claim["resolved"] is False
+
+
+def test_decisions_split_by_warm_start(tmp_path):
+  root = str(tmp_path)
+  _three_seed_sweep(root)
+  # A second warm start (sft.seed 1), 3 seeds, on which B = 16 never reaches 0.5 (censored).
+  for seed in range(3):
+    for name, prompts, evals in (("b8w1", 4, {0: 0.2, 16: 0.3, 32: 0.5, 48: 0.6, 64: 0.6}),
+                                 ("b16w1", 8, {0: 0.2, 16: 0.3, 32: 0.4, 48: 0.4, 64: 0.4})):
+      path = write_run(root, f"{name},seed={seed}", prompts=prompts, lr_scaling="none",
+                       seed=seed, evals=evals, step_seconds=(1.0, 0.0, 1.0), budget=64)
+      with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+      config["config"]["sft"] = {"seed": 1}
+      config["config"]["task"] = {"eval_size": 256}
+      with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+  report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
+  pooled = next(d for d in report["decisions"] if d["lr_rule"] == "none")
+  assert pooled["n_seeds"] == 6 and pooled["censored"] and pooled["verdict"] == "unresolved"
+  split = report["decisions_by_warm_start"]
+  first = next(d for d in split["0"] if d["lr_rule"] == "none")
+  second = next(d for d in split["1"] if d["lr_rule"] == "none")
+  # Warm start 0 alone is the three-seed sweep: ratios 0.5, 0.5, 0.25 at q ratio 2 -> faster.
+  assert first["n_seeds"] == 3 and first["verdict"] == "faster"
+  assert first["samples_ratio"] == pytest.approx(math.exp(-4 / 3 * math.log(2)))
+  # Warm start 1: B = 16 is censored at its budget 64, ratio 64 / 32 = 2 as a lower bound.
+  assert second["censored"] and second["verdict"] == "unresolved"
+  assert second["samples_ratio"] == pytest.approx(2.0)
+  texts = [c["text"] for c in report["claims"] if c["topic"] == "decision_by_warm_start"]
+  assert any(t.startswith("Warm start 1 alone, none: B = 16 vs 8") and "unresolved" in t
+             for t in texts)

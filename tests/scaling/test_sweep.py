@@ -249,13 +249,14 @@ def test_validation_runs_the_decisions_runs_one_at_a_time_alone(tmp_path, monkey
           "decisions": [{"lr_rule": "none", "base": 4, "candidate": 8}]}
   monkeypatch.setattr(report_lib, "build_report", lambda workdir: fake)
   calls = []
-  def execute(runs, workdir, *, parallel, **kwargs):
-    calls.append(([r.name for r in runs], workdir, parallel))
+  def execute(runs, workdir, *, parallel, processes=False, **kwargs):
+    calls.append(([r.name for r in runs], workdir, parallel, processes))
     return sweep.SweepRecord(workdir, runs, {})
   monkeypatch.setattr(sweep, "execute", execute)
   monkeypatch.setattr(sweep, "use_compilation_cache", lambda workdir: workdir)
   summary = sweep.run_validation(f"{BATCH_LR}:smoke", str(tmp_path), log=lambda line: None)
-  assert calls == [([base, cand], os.path.join(str(tmp_path), "validation"), 1)]
+  # One at a time, each in a process of its own.
+  assert calls == [([base, cand], os.path.join(str(tmp_path), "validation"), 1, True)]
   assert not summary["validated_by_sweep"]
   # A sweep that ran with --parallel=1 is its own validation: nothing runs again.
   with open(tmp_path / "sweep.json", "w") as f:
@@ -263,6 +264,33 @@ def test_validation_runs_the_decisions_runs_one_at_a_time_alone(tmp_path, monkey
   assert sweep.run_validation(f"{BATCH_LR}:smoke", str(tmp_path),
                               log=lambda line: None)["validated_by_sweep"]
   assert len(calls) == 1
+
+
+def test_validation_goes_seed_key_by_seed_key():
+  import ml_collections
+  def run(name, seed, sft_seed=0):
+    config = ml_collections.ConfigDict({"seed": seed, "sft": {"seed": sft_seed}})
+    return sweep.Run(name, {}, config)
+  # Sweep order: batch by batch; the validation pairs whole seed keys first.
+  runs = [run("b4s0", 0), run("b4s1", 1), run("b4w1", 0, sft_seed=1), run("b8s0", 0),
+          run("b8s1", 1), run("other", 0)]
+  report = {"groups": [{"rule": "none", "batch_size": 4, "runs": ["b4s0", "b4s1", "b4w1"]},
+                       {"rule": "none", "batch_size": 8, "runs": ["b8s0", "b8s1"]}],
+            "decisions": [{"lr_rule": "none", "base": 4, "candidate": 8}]}
+  assert [r.name for r in sweep.validation_runs(runs, report)] == [
+      "b4s0", "b8s0", "b4s1", "b8s1", "b4w1"]
+  assert sweep.seed_key(runs[2].config) == (1, 0)
+
+
+def test_execute_with_processes_uses_the_process_pool_with_one_slot(tmp_path, monkeypatch):
+  seen = []
+  monkeypatch.setattr(sweep, "_execute_processes",
+                      lambda todo, workdir, parallel, *args: seen.append(([r.name for r in todo],
+                                                                            parallel)))
+  monkeypatch.setattr(sweep, "prepare_warm_starts", lambda *args: 0.0)
+  runs = _plan("smoke", tmp_path)[:2]
+  sweep.execute(runs, str(tmp_path), parallel=1, processes=True, log=lambda line: None)
+  assert seen == [([r.name for r in runs], 1)]
 
 
 def test_sweep_records_its_stated_target_and_parallelism(tmp_path):
