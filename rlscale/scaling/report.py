@@ -801,12 +801,17 @@ def _interval_text(ci, digits=3, missing="(no interval: fewer than 3 seeds)") ->
 
 def _paired_rule_comparison(groups: list[dict], runs: list[dict], a: str, b: str, batch: int):
   """N*(rule a) / N*(rule b) at one batch, paired over seeds (q is the same, so this is the time
-  ratio too); None when the groups are missing or share their runs."""
+  ratio too); None when the groups are missing, "same runs" when both are the same run at every
+  common seed key (e.g. the tuned LR is none's there)."""
   by = {(g["rule"], g["batch_size"]): g for g in groups}
   ga, gb = by.get((a, batch)), by.get((b, batch))
-  if not ga or not gb or ga["runs"] == gb["runs"]:
+  if not ga or not gb:
     return None
   rows = {r["name"]: r for r in runs}
+  names_a = {tuple(rows[n]["seed_key"]): n for n in ga["runs"]}
+  names_b = {tuple(rows[n]["seed_key"]): n for n in gb["runs"]}
+  if all(names_a[k] == names_b[k] for k in set(names_a) & set(names_b)):
+    return "same runs"
   na = {tuple(rows[n]["seed_key"]): rows[n]["samples_lower_bound"] for n in ga["runs"]}
   nb = {tuple(rows[n]["seed_key"]): rows[n]["samples_lower_bound"] for n in gb["runs"]}
   paired, _ = _paired(na, nb)
@@ -882,6 +887,10 @@ def claims(report: dict) -> list[dict]:
       res = _paired_rule_comparison(report["groups"], report["runs"], "none", other, batch)
       if res is None:
         continue
+      if res == "same runs":
+        if other == TUNED:
+          add("retuning", f"At B = {batch} the tuned LR is none's for every seed: the same runs.")
+        continue
       paired, verdict, censored = res
       words = {"faster": "none is faster", "slower": "none is slower",
                "unresolved": "not resolved"}[verdict]
@@ -894,7 +903,8 @@ def claims(report: dict) -> list[dict]:
     add("tuned_lr", f"Tuned LR vs batch: exponent {e['exponent']:.2f} "
         f"{_interval_text(e['ci'], missing=missing)} over {e['n']} bracketed batches, optimum "
         "interpolated between grid points, jackknife over seed keys (0 = none, 0.5 = sqrt, "
-        "1 = linear).", e.get("ci") is not None)
+        "1 = linear)" + (f"; {e['note']}" if e.get("note") and e.get("ci") else "") + ".",
+        e.get("ci") is not None)
   elif e:
     add("tuned_lr", f"Tuned LR vs batch: no exponent ({e.get('note')}); not bracketed at B = "
         f"{', '.join(map(str, e.get('unbracketed_batches', []))) or '-'}.", False)

@@ -90,3 +90,33 @@ def test_no_exponent_without_three_bracketed_batches():
   # An optimum past the grid's top at B = 1024 (alpha = 2): unbracketed there.
   entry = tuned_lr.lr_exponent(exact_parabola_rows(2.0), reference_batch=256)
   assert 1024 in entry["unbracketed_batches"] and entry["exponent"] is None
+
+
+def test_a_replicate_whose_best_lr_leaves_the_grid_takes_the_edge_lr():
+  lrs = (1e-4, 2e-4, 4e-4)
+  # B = 64 and 1024: the same N* for every seed; B = 256: seed 0 alone makes the middle LR best.
+  same = {64: (200, 100, 300), 1024: (300, 100, 200)}
+  at_256 = {0: (300, 100, 300), 1: (200, 250, 150), 2: (200, 250, 150)}
+  n_star = {(b, lr, s): v[i] for b, v in same.items() for s in range(3) for i, lr in enumerate(lrs)}
+  n_star.update({(256, lr, s): v[i] for s, v in at_256.items() for i, lr in enumerate(lrs)})
+  entry = tuned_lr.lr_exponent(rows_for(n_star), reference_batch=256)
+  h = math.log(2)
+
+  def vertex(costs):
+    return vertex_equal_spacing(math.log(2e-4), h, *[math.log(c) for c in costs])
+
+  opt64, opt1024 = vertex(same[64]), vertex(same[1024])
+  # All seeds at B = 256: means 233.3, 200, 200 -> the middle (first minimum) is best.
+  opt256 = vertex([np.mean([at_256[s][i] for s in range(3)]) for i in range(3)])
+  x = np.log([64 / 256, 1, 4])
+  full = np.polyfit(x, [opt64, opt256, opt1024], 1)[0]
+  # Without seed 0, B = 256's best is the top LR (150 < 200 < 250): that replicate takes 4e-4.
+  reps = [np.polyfit(x, [opt64, math.log(4e-4), opt1024], 1)[0]]
+  for out in (1, 2):
+    kept = [s for s in range(3) if s != out]
+    reps.append(np.polyfit(x, [opt64, vertex([np.mean([at_256[s][i] for s in kept])
+                                              for i in range(3)]), opt1024], 1)[0])
+  half = decision.t_quantile(2) * math.sqrt(2 / 3 * sum((r - np.mean(reps)) ** 2 for r in reps))
+  assert entry["exponent"] == pytest.approx(full)
+  assert entry["replicates_at_grid_edge"] == 1 and "too narrow" in entry["note"]
+  assert entry["ci"] == pytest.approx([full - half, full + half])
