@@ -6,6 +6,7 @@ wall seconds); the study's readers (`rlscale.runner.plots`, later the scaling re
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -14,6 +15,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
+# Committed study logs are stored gzipped (a 1,024-step run's log is ~1.7 MB of text); readers
+# take either form.
+ARCHIVED_SUFFIX = ".gz"
 
 
 def _to_python(value: Any) -> Any:
@@ -70,12 +74,22 @@ class MetricsLogger:
       self._tb.close()
 
 
+def metrics_path(run_dir: str) -> str | None:
+  """<run_dir>/metrics.jsonl, else its gzipped archive metrics.jsonl.gz, else None."""
+  for name in (METRICS_FILE, METRICS_FILE + ARCHIVED_SUFFIX):
+    if os.path.isfile(os.path.join(run_dir, name)):
+      return os.path.join(run_dir, name)
+  return None
+
+
 def read_metrics(path: str) -> list[dict]:
-  """All records of a metrics.jsonl file (a torn last line from a crash is skipped)."""
+  """All records of a metrics.jsonl file, or of a gzipped one when `path` ends in .gz (a torn
+  last line from a crash is skipped); [] when the file does not exist."""
   records = []
   if not os.path.exists(path):
     return records
-  with open(path, encoding="utf-8") as f:
+  opener = gzip.open if path.endswith(ARCHIVED_SUFFIX) else open
+  with opener(path, "rt", encoding="utf-8") as f:
     for line in f:
       try:
         records.append(json.loads(line))

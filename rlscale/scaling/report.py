@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlscale.runner.metrics_log import read_metrics
+from rlscale.runner.metrics_log import metrics_path, read_metrics
 from rlscale.scaling import curves as curves_lib
 from rlscale.scaling import decision as decision_lib
 from rlscale.scaling import fits
@@ -173,13 +173,14 @@ def _optim(learning_rate, lr_scaling, reference_batch):
 
 def run_dirs(sweep_dir: str, *, required: bool = True) -> list[str]:
   """Run directories of a sweep: <sweep_dir>/runs/* (or <sweep_dir>/* without runs/) holding a
-  config.json and a metrics.jsonl. Raises FileNotFoundError when there are none and `required`."""
+  config.json and a metrics.jsonl (or its gzipped archive, as committed results store it).
+  Raises FileNotFoundError when there are none and `required`."""
   root = os.path.join(sweep_dir, "runs")
   if not os.path.isdir(root):
     root = sweep_dir
   found = sorted(d for d in glob.glob(os.path.join(root, "*"))
                  if os.path.isfile(os.path.join(d, "config.json"))
-                 and os.path.isfile(os.path.join(d, "metrics.jsonl")))
+                 and metrics_path(d) is not None)
   if not found and required:
     raise FileNotFoundError(f"no run directories under {root!r} (a run directory holds "
                             "config.json and metrics.jsonl; run `python -m rlscale.sweep` first)")
@@ -194,7 +195,7 @@ def load_run(path: str) -> RunData:
     with open(os.path.join(path, "summary.json"), encoding="utf-8") as f:
       summary = json.load(f)
   return RunData(os.path.basename(path), path, config,
-                 read_metrics(os.path.join(path, "metrics.jsonl")), summary)
+                 read_metrics(metrics_path(path)), summary)
 
 
 def load_sweep_meta(sweep_dir: str) -> dict:

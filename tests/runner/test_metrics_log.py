@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from rlscale.runner.metrics_log import MetricsLogger, read_metrics, series, truncate_after_step
+from rlscale.runner.metrics_log import (MetricsLogger, metrics_path, read_metrics, series,
+                                        truncate_after_step)
 
 
 def test_write_read_and_truncate(tmp_path):
@@ -22,6 +23,22 @@ def test_write_read_and_truncate(tmp_path):
   assert len(read_metrics(str(tmp_path / "metrics.jsonl"))) == 4
   truncate_after_step(str(tmp_path / "metrics.jsonl"), 1)
   assert [r["step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [0, 1]
+
+
+def test_a_gzipped_archive_reads_as_the_plain_file(tmp_path):
+  import gzip
+  lines = '{"step": 0, "x": 1.5}\n{"step": 1, "x": 2.5}\n{"step": 2, "x"'  # torn last line
+  plain = tmp_path / "plain"
+  plain.mkdir()
+  (plain / "metrics.jsonl").write_text(lines)
+  archived = tmp_path / "archived"
+  archived.mkdir()
+  with gzip.open(archived / "metrics.jsonl.gz", "wt") as f:
+    f.write(lines)
+  assert metrics_path(str(archived)) == str(archived / "metrics.jsonl.gz")
+  assert read_metrics(metrics_path(str(archived))) == read_metrics(metrics_path(str(plain))) == [
+      {"step": 0, "x": 1.5}, {"step": 1, "x": 2.5}]
+  assert metrics_path(str(tmp_path)) is None
 
 
 def test_resume_keeps_earlier_records_and_fresh_run_starts_over(tmp_path):

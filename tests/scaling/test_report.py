@@ -571,3 +571,19 @@ def test_decisions_split_by_warm_start(tmp_path):
   texts = [c["text"] for c in report["claims"] if c["topic"] == "decision_by_warm_start"]
   assert any(t.startswith("Warm start 1 alone, none: B = 16 vs 8") and "unresolved" in t
              for t in texts)
+
+
+def test_a_sweep_of_gzipped_logs_gives_the_same_report(tmp_path):
+  import gzip
+  import shutil
+  plain, archived = str(tmp_path / "plain"), str(tmp_path / "archived")
+  _three_seed_sweep(plain)
+  shutil.copytree(plain, archived)
+  for d in report_lib.run_dirs(archived):
+    with open(os.path.join(d, "metrics.jsonl"), "rb") as f, gzip.open(
+        os.path.join(d, "metrics.jsonl.gz"), "wb") as g:
+      g.write(f.read())
+    os.remove(os.path.join(d, "metrics.jsonl"))
+  a = report_lib.build_report(plain, target=0.5, window=1, allow_weak_target=True)
+  b = report_lib.build_report(archived, target=0.5, window=1, allow_weak_target=True)
+  assert len(b["runs"]) == 6 and b["decisions"] == a["decisions"] and b["claims"] == a["claims"]
