@@ -1,48 +1,69 @@
-"""The batch-size study with PPO (critic, GAE, two epochs of two minibatches) on the main job's task.
+"""The batch-size study with PPO (critic, GAE, two epochs of two minibatches), designed for power
+on the rules of the GRPO study (batch_lr.py, issue 19).
 
-The grid of the GRPO study before its redesign (batch_lr.py's history): B = 64 .. 512 responses per step (G = 1, so P = B prompts), LR rules
-`none` and `sqrt`, LR x0.5 / x2 around sqrt at the smallest and largest batch, seeds 0 and 1. The
-critic's learning rate is the policy's (optim.critic_learning_rate = None) and is scaled by the
-same rule. PPO makes rl.minibatches = 2 optimizer updates per pass, so the LR rule scales with the
-minibatch, B / 2: the reference batch 128 means B0 = 256 responses per step as in batch_lr.py.
-PPO trains 2 epochs plus a critic: the committed study (experiments/results/batch_lr_ppo/) ran
-its 20 runs with --parallel=2 in 18 min 41 s on a 2-core CPU (batch_lr.py: 10 min 17 s), then
-its throughput profile alone in 69 s. Commands (the study, its profile alone, the report):
+Design, fixed here before any run:
+- Batches: B = 64, 256, 1024 responses per step (16x, factor 4) at G = 1, so P = B prompts. PPO
+  makes rl.minibatches = 2 optimizer updates per pass, so the LR rule's reference is the update
+  (minibatch) batch: optim.reference_batch 128 means B0 = 256 responses per step, as in batch_lr.py.
+- Learning rates: at every batch the sqrt rule's value lr0 sqrt(B / B0) x {1/4, 1/2, 1, 2, 4}, so
+  `none` = lr0 is on the grid at both ends, plus `sqrt_adam` at the extremes. The critic's LR is
+  the policy's (optim.critic_learning_rate = None), scaled by the same rule.
+- Warm start, budget, evaluation, schedule, noise scale: as batch_lr.py (one warm start shared by
+  every RL seed, sft.seed = 0; 65,536 responses; cosine schedule in responses; evaluation every
+  4,096 responses on the whole held-out set of 841 questions; two microbatch slices for the GNS).
+- Target and seeds: NOT fixed yet. The pilot (`:pilot`, 20 runs: PILOT_SEEDS under `none` and
+  `sqrt` at every batch) measures the warm start, where B0's curves cross mid-budget and the spread
+  of the paired log N* ratios; TARGET_VALUE (>= 5 SE above the warm start, crossed mid-budget at
+  B0) and SEEDS (decision.seeds_needed for about +-15%, or the smallest effect reported) are then
+  written here with the pilot's numbers, as batch_lr.py's PILOT records its own. Until then the
+  full study refuses to plan (one line), so nothing runs on a target chosen after the fact.
+- Cost (estimated, not measured on this design): the earlier PPO study's 20 runs of 32,768
+  responses took 18 min 41 s at --parallel=2 on 2 cores; the pilot's 20 runs of 65,536 about twice
+  that.
 
-  python -m rlscale.sweep --config=experiments/sweeps/batch_lr_ppo.py --workdir=runs/batch_lr_ppo --parallel=2
-  python -m rlscale.throughput --config=experiments/sweeps/batch_lr_ppo.py \
-      --prompts_per_step=64,128,256,512 --out=runs/batch_lr_ppo/throughput \
-      --config.sft.cache_dir=runs/batch_lr_ppo/sft
-  python -m rlscale.report runs/batch_lr_ppo
+The pilot, then its report (the target given by hand and flagged, since none is stated yet):
 
+  python -m rlscale.sweep --config=experiments/sweeps/batch_lr_ppo.py:pilot --workdir=runs/batch_lr_ppo --parallel=2
+  python -m rlscale.report runs/batch_lr_ppo --target=0.6 --allow_weak_target --out=runs/batch_lr_ppo/pilot_report
+
+The committed PPO study (experiments/results/batch_lr_ppo/) predates this design: B = 64 .. 512,
+two seeds each on its own warm start, 32,768 responses (see README, "The committed studies").
 Smoke version (seconds): `--config=experiments/sweeps/batch_lr_ppo.py:smoke`.
 """
 
 import os
 
 from rlscale.runner.config_files import load_config_file
-from rlscale.scaling.hyper import batch_lr_grid
+from rlscale.scaling.hyper import batch_lr_grid, fixed, product, sweep
 from rlscale.scaling.sweep import load_sweep_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GRPO = load_sweep_module(os.path.join(HERE, "batch_lr.py"))
-# The committed PPO study's design (the GRPO study's before it was redesigned for power):
-LR0 = 1e-4
-TOTAL_SAMPLES = 32768
-EVAL_EVERY_SAMPLES = 2048
+PROMPTS_PER_STEP = (64, 256, 1024)  # G = 1: B = P
+LR0 = 1e-4  # the earlier PPO study's lr0; the grid reaches x1/4 .. x4 around sqrt
+LR_MULTIPLIERS = GRPO.LR_MULTIPLIERS
+PILOT_SEEDS = (0, 1, 2, 3)
+SEEDS = None  # from the pilot's power calculation
+TARGET_METRIC = GRPO.TARGET_METRIC
+TARGET_VALUE = None  # from the pilot
+ARGS = GRPO.ARGS
 
 
 def get_config(arg=None):
-  """The PPO config (experiments/configs/ppo.py) with the committed study's budget and GNS
-  settings (two microbatches)."""
-  GRPO.check_arg(arg)
+  """The PPO config (experiments/configs/ppo.py) on batch_lr.py's budget, evaluation, warm start
+  and schedule."""
+  GRPO.check_arg(arg, ARGS)
   config = load_config_file(os.path.join(GRPO.CONFIGS, "ppo.py"))
   config.optim.learning_rate = LR0
   config.optim.critic_learning_rate = None  # = the policy's, scaled by the same rule
   config.optim.reference_batch = 128  # minibatch of B0 = 256 (two minibatches)
+  config.optim.schedule_unit = "samples"
   config.rl.group_size = 1
-  config.rl.microbatches = 2
-  GRPO.set_budget(config, TOTAL_SAMPLES, EVAL_EVERY_SAMPLES)
+  config.sft.seed = 0
+  config.train.measure_noise_scale = True
+  config.task.holdout_fraction = GRPO.HOLDOUT_FRACTION
+  config.task.eval_size = GRPO.HELD_OUT_QUESTIONS
+  GRPO.set_budget(config, GRPO.TOTAL_SAMPLES, GRPO.EVAL_EVERY_SAMPLES)
   config.train.checkpoint_every = 100
   if arg == "smoke":
     GRPO.shrink_for_smoke(config)
@@ -52,10 +73,37 @@ def get_config(arg=None):
   return config
 
 
+def get_target(arg=None):
+  """The pre-registered target, None until the pilot has fixed it (the smoke's is its own)."""
+  GRPO.check_arg(arg, ARGS)
+  if arg == "smoke":
+    return {"metric": TARGET_METRIC, "value": 0.2}
+  if arg == "pilot" or TARGET_VALUE is None:
+    return None
+  return {"metric": TARGET_METRIC, "value": TARGET_VALUE}
+
+
+def study_runs(seeds):
+  """Every batch x (none, sqrt, the sqrt grid) for `seeds`, plus sqrt_adam at the extremes."""
+  runs = batch_lr_grid(prompts_per_step=PROMPTS_PER_STEP, seeds=seeds, learning_rate=LR0,
+                       rules=("none", "sqrt"), grid_prompts=PROMPTS_PER_STEP,
+                       grid_multipliers=LR_MULTIPLIERS)
+  extremes = (PROMPTS_PER_STEP[0], PROMPTS_PER_STEP[-1])
+  return runs + product(sweep("seed", seeds), sweep("rl.prompts_per_step", extremes),
+                        fixed("optim.lr_scaling", "sqrt_adam"))
+
+
 def get_sweep(arg=None):
-  """B = P (G = 1): the same batch sizes as batch_lr.py."""
-  GRPO.check_arg(arg)
+  """The runs as flat override dicts. Raises ValueError for the full study while SEEDS or
+  TARGET_VALUE are unset (the pilot fixes them)."""
+  GRPO.check_arg(arg, ARGS)
   if arg == "smoke":
     return batch_lr_grid(prompts_per_step=(4, 8), seeds=(0, 1), learning_rate=GRPO.SMOKE_LR0)
-  return batch_lr_grid(prompts_per_step=(64, 128, 256, 512), seeds=(0, 1),
-                       learning_rate=LR0, grid_prompts=(64, 512), grid_multipliers=(0.5, 2.0))
+  if arg == "pilot":
+    return [r for r in study_runs(PILOT_SEEDS) if "optim.learning_rate" not in r
+            and r["optim.lr_scaling"] in ("none", "sqrt")]
+  if SEEDS is None or TARGET_VALUE is None:
+    raise ValueError("batch_lr_ppo.py: SEEDS and TARGET_VALUE are fixed by the pilot; run "
+                     "--config=experiments/sweeps/batch_lr_ppo.py:pilot first and write them in "
+                     "the file with the pilot's numbers")
+  return study_runs(SEEDS)

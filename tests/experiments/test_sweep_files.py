@@ -61,3 +61,27 @@ def test_evaluation_is_the_whole_held_out_set():
   assert len(task.eval_examples(MODULE.HELD_OUT_QUESTIONS)) == MODULE.HELD_OUT_QUESTIONS
   with pytest.raises(ValueError, match=f"only {MODULE.HELD_OUT_QUESTIONS} distinct held-out"):
     task.eval_examples(MODULE.HELD_OUT_QUESTIONS + 1)
+
+
+PPO = os.path.join(ROOT, "experiments", "sweeps", "batch_lr_ppo.py")
+
+
+def test_ppo_design_follows_the_grpo_rules_and_waits_for_its_pilot(tmp_path):
+  module = sweep.load_sweep_module(PPO)
+  base, pilot, _ = sweep.plan_sweep(PPO, str(tmp_path), arg="pilot")
+  # 4 seeds x (3 batches x {none, sqrt}, merged at B0 where both give lr0) = 20 runs.
+  assert len(pilot) == 20
+  assert sorted({r.config.rl.prompts_per_step * r.config.rl.group_size for r in pilot}) == [
+      64, 256, 1024]
+  assert {sweep.budget_samples(r.config) for r in pilot} == {MODULE.TOTAL_SAMPLES}
+  assert base.rl.minibatches == 2 and base.optim.reference_batch == 128
+  assert base.task.eval_size == MODULE.HELD_OUT_QUESTIONS and base.sft.seed == 0
+  # The study's grid per seed: 5 sqrt-grid LRs per batch (none on it at the extremes) and
+  # sqrt_adam at both extremes, planned from the same function the full sweep will use.
+  runs = sweep.plan(base, module.study_runs((0,)), str(tmp_path))
+  assert len(runs) == 17
+  assert {r.name for r in pilot} <= {r.name for r in sweep.plan(
+      base, module.study_runs(module.PILOT_SEEDS), str(tmp_path))}
+  assert sweep.get_target(PPO, "pilot") is None
+  with pytest.raises(ValueError, match="fixed by the pilot"):
+    sweep.get_sweep(PPO, None)
