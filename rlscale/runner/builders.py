@@ -335,7 +335,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   sampled_eval = eval_sampling(sampling, config.eval.get("sampling"))
   if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
     # Dr. GRPO's constant defaults to the response limit Tr; fixed here because the update step
-    # trains on each batch's bucketed response width (loop._rl_step), not on Tr.
+    # trains on each batch's bucketed response width (rl_step.rl_step), not on Tr.
     rl.loss_agg_norm = float(config.rollout.max_new_tokens)
   task = make_task(config.task, seed=config.seed)
   eval_examples = held_out_examples(config, task, log)

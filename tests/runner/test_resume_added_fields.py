@@ -1,12 +1,12 @@
 """A run checkpointed before a config field existed resumes while the field keeps the value its
-absence meant (`loop.ADDED_FIELD_DEFAULTS`), and is refused when it changes."""
+absence meant (`run_dir.ADDED_FIELD_DEFAULTS`), and is refused when it changes."""
 
 import json
 import os
 
 import pytest
 
-from rlscale.runner.loop import check_resume_config
+from rlscale.runner.run_dir import check_resume_config
 from tests.runner.runner_configs import tiny_config
 
 
