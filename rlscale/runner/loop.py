@@ -47,6 +47,7 @@ from rlscale.runner import progress
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.evaluate import METRIC_NAMES, evaluation_key
 from rlscale.runner.interrupts import StopFlag
+from rlscale.runner.layout import layout_of
 from rlscale.runner.metrics_log import MetricsLogger
 from rlscale.runner.rl_step import clip_fired, rl_step
 from rlscale.runner.rollouts import MAX_SAMPLING_ROUNDS
@@ -56,7 +57,6 @@ from rlscale.runner.run_dir import (CHECKPOINTS_DIR, CONFIG_FILE, POLICY_DIR, SU
                                     load_warm_eval, read_json, save_warm_eval)
 from rlscale.runner.sft import effective_sft_seed
 from rlscale.runner.timing import RunClock
-from rlscale.train import update as update_lib
 from rlscale.train.optimizer import clipping_threshold
 
 
@@ -128,12 +128,13 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),
                               keep=config.train.keep_checkpoints)
   state = run.state
+  layout = layout_of(run)
   step = 0
   counters = {"samples": 0, "prompts": 0}  # responses generated, prompts drawn from the stream
   latest = checkpointer.latest_step()
   if latest is not None:
-    host_state, meta = checkpointer.restore(latest, update_lib.unreplicate(state))
-    state = update_lib.replicate(host_state)
+    host_state, meta = checkpointer.restore(latest, layout.restore_target(state))
+    state = layout.from_checkpoint(host_state)
     step, counters = int(meta["step"]), dict(meta["counters"])
     clock.resume(meta["phase_seconds"], meta["wall_seconds"])
     run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
@@ -145,7 +146,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
         summary = json.load(f)
       if hosts.writer and not os.path.isdir(os.path.join(workdir, POLICY_DIR)):
         # finished before the export existed
-        summary["policy"] = export_policy(workdir, run.export_config, host_state.params,
+        summary["policy"] = export_policy(workdir, run.export_config, layout.host_params(state.params),
                                           run.tokenizer)
         outputs.write_json(summary_path, summary, indent=2)
       return summary
@@ -221,7 +222,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
       stopping = hosts_lib.any_process(stop.stop, hosts)
       if step % config.train.checkpoint_every == 0 or step == total_steps or stopping:
         with clock.measure("checkpointing"):
-          checkpointer.save(step, update_lib.unreplicate(state), {
+          checkpointer.save(step, layout.saved_state(state), {
               "step": step, "counters": counters,
               "wall_seconds": clock.wall_seconds(), "phase_seconds": clock.totals})
     running = None
@@ -237,7 +238,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
               "final_accuracy": (last_eval or {}).get("eval/greedy_accuracy")}
     # Still under the stop flag: a signal now is acknowledged (the export and summary finish);
     # a second one stops at once, and a rerun writes them from the last checkpoint.
-    return finish(workdir, run, update_lib.unreplicate(state.params), warm_eval, step,
+    return finish(workdir, run, layout.host_params(state.params), warm_eval, step,
                    counters, clock)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from rlscale.runner.layout import layout_of
 from rlscale.runner.rollouts import Generated, collect_rollouts
 from rlscale.runner.update_batch import make_update_batch
-from rlscale.train import update as update_lib
 
 
 def clip_fired(grad_norm: float, threshold: float | None) -> float:
@@ -38,13 +38,13 @@ def train_phase(run, state, generated: Generated, update_key):
   """The training phase of one RL step (what the runner times as `training`):
   `update_batch.make_update_batch`, then the update step and its metrics on the host.
 
-  Args: run (`builders.Run`), state (replicated TrainState, donated), generated (`Generated`),
+  Args: run (`builders.Run`), state (TrainState as the run's layout holds it, donated), generated (`Generated`),
   update_key (PRNG key of the update).
   Returns: (record: mask stats, train/* metrics as Python floats, tokens/trained; new state).
   """
   batch, record = make_update_batch(run, state, generated)
   state, metrics = run.update_fn(state, batch.arrays(),
-                                 update_lib.replicate_key(update_key, run.num_devices))
+                                 layout_of(run).update_key(update_key))
   metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
              for k, v in jax.device_get(metrics).items()}
   return {**record, **metrics}, state

@@ -18,6 +18,7 @@ import numpy as np
 
 from rlscale.rl import dapo
 from rlscale.runner import hosts as hosts_lib
+from rlscale.runner.layout import layout_of
 from rlscale.runner.batching import decode_responses, encode_prompts, longest_prompt
 from rlscale.tasks.rewards import score_batch
 
@@ -94,7 +95,8 @@ def generate_groups(run, state, key, offsets, clock) -> Generated:
       longest = hosts_lib.global_max(longest_prompt(run.tokenizer, texts), hosts)
     prompt_tokens, prompt_mask = encode_prompts(run.tokenizer, texts, buckets, longest=longest)
     # The G responses of a prompt share its prefill (rows p * G + g, groups adjacent).
-    rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, params_replicated=True,
+    rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key,
+                          params_replicated=layout_of(run).params_replicated,
                           samples_per_prompt=G)
   with clock.measure("reward"):
     t_r = rollout.response_mask.shape[1]

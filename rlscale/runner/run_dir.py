@@ -34,13 +34,16 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 WARM_START_FILE = "warm_start_seconds.json"  # written once by the first segment of a run
 # Fields that may change when resuming a run; any other change means a different experiment.
+# The mesh may: a checkpoint restores onto any mesh and the run continues up to float rounding.
 RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_every",
                     "train.eval_every_samples", "train.checkpoint_every",
-                    "train.keep_checkpoints", "sft.cache_dir", "distributed")
+                    "train.keep_checkpoints", "sft.cache_dir", "distributed", "mesh.data",
+                    "mesh.fsdp", "mesh.tensor")
 # Fields added after runs were checkpointed, with the value their absence meant: a config.json
 # written before a field existed resumes while the field keeps that value.
 ADDED_FIELD_DEFAULTS = {"optim.schedule_unit": "steps", "optim.warmup_samples": 0,
-                        "train.measure_noise_scale": False}
+                        "train.measure_noise_scale": False, "mesh.data": -1, "mesh.fsdp": 1,
+                        "mesh.tensor": 1}
 # DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
 
 

@@ -18,6 +18,7 @@ from rlscale.rl import masks
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import hosts as hosts_lib
 from rlscale.runner.batching import train_widths, trim_rollout
+from rlscale.runner.layout import layout_of
 from rlscale.runner.rollouts import Generated, gather_generated, row_flags
 from rlscale.train import update as update_lib
 
@@ -123,14 +124,15 @@ def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, di
       "response_mask": rollout.response_mask,
       "old_logp": rollout.logp,
   }
-  sharded = update_lib.shard_batch(batch, run.num_devices)
+  layout = layout_of(run)
+  sharded = layout.place_batch(batch)
   old_logp, mismatch = behaviour_logp(run, state, sharded, rollout)
   extras = {}
   if update_lib.uses_ref_logp(rl):
     extras["ref_logp"] = run.logp_fn(run.ref_params, sharded)
   if update_lib.uses_critic(rl):
     extras["values"] = run.value_fn(state.critic_params, sharded)
-  flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in extras.items()}
+  flat = {k: layout.host_rows(v) for k, v in extras.items()}
   if hosts.count > 1:
     # The passes above ran on this process's rows; advantages need every row.
     flat = hosts_lib.gather_rows({**flat, "old_logp": old_logp}, hosts)
@@ -147,8 +149,7 @@ def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, di
   loss_mask, mask_stats = loss_mask_of(run, everything)  # truncation is judged at the full width
   loss_mask = hosts_lib.own_rows(loss_mask[:, :width], hosts)
   targets = hosts_lib.own_rows({k: np.asarray(v) for k, v in targets.items()}, hosts)
-  sharded.update(update_lib.shard_batch({**targets, "response_mask": loss_mask},
-                                        run.num_devices))
+  sharded.update(layout.place_batch({**targets, "response_mask": loss_mask}))
   tokens = int(union.prompt_mask.sum() + union.response_mask.sum())
   return UpdateBatch(**sharded), {**mask_stats, **mismatch, "tokens/trained": tokens,
                    "batch/prompt_width": prompt_width, "batch/response_width": width}
