@@ -67,6 +67,13 @@ def get_config(arg=None):
   # layer at a time, about one more forward of compute); None = on for HF checkpoints, off for
   # the built-in model.
   config.model.remat = placeholder(bool)
+  # Kernel switches: "cpu" (XLA:CPU-tuned attention: multiply-reduce decode over a transposed key
+  # cache), "standard" (jax.nn.dot_product_attention), "auto" (cpu on the CPU backend, else
+  # standard); remat by "custom_vjp" (tied backward, for XLA:CPU), "checkpoint" (jax.checkpoint,
+  # nothing_saveable policy) or "auto" (custom_vjp on CPU, else checkpoint). Same numbers up to
+  # float rounding.
+  config.model.attention_impl = "auto"
+  config.model.remat_impl = "auto"
 
   # --- Task: prompts, reference answers and the reward.
   config.task = ml_collections.ConfigDict()

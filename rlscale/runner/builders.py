@@ -242,6 +242,12 @@ def model_remat(config) -> bool:
   return remat
 
 
+def kernel_switches(config) -> dict[str, str]:
+  """{"attention_impl", "remat_impl"} from config.model ("auto" when a config lacks them);
+  `ModelConfig` checks the values."""
+  return {name: config.model.get(name, "auto") for name in ("attention_impl", "remat_impl")}
+
+
 def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
   """The policy to train: built-in (random init from the warm start's seed,
   `sft.effective_sft_seed`) or an HF checkpoint from config.model.checkpoint_path.
@@ -266,12 +272,12 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     log(f"model: loaded {model_config.model_type} checkpoint from {path} ({export_dtype} "
         f"weights, trained as float32, computing in {config.model.dtype})")
-    return (model_config.replace(param_dtype="float32", dtype=config.model.dtype, remat=remat),
-            params, export_dtype)
+    return (model_config.replace(param_dtype="float32", dtype=config.model.dtype, remat=remat,
+                                 **kernel_switches(config)), params, export_dtype)
   fields = {name: config.model[name] for name in MODEL_FIELDS}
   export_dtype = fields.pop("param_dtype")
   model_config = ModelConfig(vocab_size=tokenizer.vocab_size, param_dtype="float32", remat=remat,
-                             **fields)
+                             **fields, **kernel_switches(config))
   model_config.replace(param_dtype=export_dtype)  # validates model.param_dtype now
   params = init_params(model_config, jax.random.key(sft.effective_sft_seed(config)))
   log(f"model: built-in {model_config.num_params() / 1e6:.2f}M-parameter transformer")
@@ -292,8 +298,10 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
     return params, 0.0
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   cache_dir = config.sft.cache_dir or os.path.join(workdir, SFT_DIR)
-  # remat changes memory, not the numbers: left out so caches made without it stay valid.
-  model_fields = {k: v for k, v in dataclasses.asdict(model_config).items() if k != "remat"}
+  # remat and its implementation change memory, not the numbers, and "auto" kernels are the
+  # ones caches were made with before the switches existed: left out so those caches stay valid.
+  model_fields = {k: v for k, v in dataclasses.asdict(model_config).items()
+                  if k not in ("remat", "remat_impl") and not (k == "attention_impl" and v == "auto")}
   sft_seed = sft.effective_sft_seed(config)
   key = sft.warm_start_key({"model": model_fields, "task": config.task.to_dict(),
                             "sft": sft.warm_start_sft_fields(config.sft.to_dict()),

@@ -43,7 +43,8 @@ RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_ever
 # written before a field existed resumes while the field keeps that value.
 ADDED_FIELD_DEFAULTS = {"optim.schedule_unit": "steps", "optim.warmup_samples": 0,
                         "train.measure_noise_scale": False, "mesh.data": -1, "mesh.fsdp": 1,
-                        "mesh.tensor": 1}
+                        "mesh.tensor": 1, "model.attention_impl": "auto",
+                        "model.remat_impl": "auto"}
 # DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
 
 

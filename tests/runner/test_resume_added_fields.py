@@ -15,7 +15,7 @@ def _old_workdir(tmp_path, config):
   saved = config.to_dict()
   del saved["optim"]["schedule_unit"], saved["optim"]["warmup_samples"]
   del saved["train"]["measure_noise_scale"]
-  del saved["mesh"]
+  del saved["mesh"], saved["model"]["attention_impl"], saved["model"]["remat_impl"]
   os.makedirs(tmp_path / "checkpoints" / "4")
   with open(tmp_path / "config.json", "w", encoding="utf-8") as f:
     json.dump({"config": saved}, f, default=str)
