@@ -77,7 +77,12 @@ def behaviour_logp(run, state, sharded, rollout) -> tuple[np.ndarray, dict[str, 
   """The update's old_logp [B, Tr] as rl.old_logp asks: the sampler's, or ("recompute") a trainer
   forward with the current params, also written into sharded["old_logp"], with the
   sampler-trainer mismatch: the mean k3 of the trainer's log-probs against the sampler's over real
-  tokens, train/sampler_trainer_k3 (with "sampler" the update step logs the same quantity)."""
+  tokens, train/sampler_trainer_k3 (with "sampler" the update step logs the same quantity).
+
+  Args: run (`builders.Run`: rl_config, logp_fn), state (its params feed the recompute),
+    sharded (the update batch being built, placed by the run's layout: [D, b, ...] or global
+    [B, ...]; gets "old_logp" when recomputed), rollout (this process's trimmed Rollout, host).
+  Returns: (old_logp [B, Tr] float32 on the host, {} or the mismatch record)."""
   if run.rl_config.old_logp != "recompute":
     return rollout.logp, {}
   sharded["old_logp"] = run.logp_fn(state.params, sharded)
@@ -95,7 +100,7 @@ def sampler_trainer_mismatch(old_logp, rollout) -> dict[str, float]:
 def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, dict]:
   """The update step's batch from a scored rollout batch: trimmed to its bucketed prompt and
   response widths, with the reference / critic / recomputed behaviour passes the config needs,
-  advantages and the loss mask, sharded over the devices.
+  advantages and the loss mask, placed by the run's layout (`layout.layout_of`).
 
   With several processes (`rlscale.runner.hosts`), `generated` holds this process's rows; the
   widths, advantages, loss mask and statistics come from the union of every process's rows
