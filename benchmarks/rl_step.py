@@ -10,7 +10,7 @@ as a `tokenizers` tokenizer.json (ids of `rlscale.tokenizers.CharTokenizer`) tha
 samples, exactly 64 new tokens (EOS disabled), temperature 1, beta = 0 (no reference model), one Adam update (lr 1e-6, constant,
 gradient clipping at norm 1 as both default to), float32, no gradient checkpointing.
 
-  rlscale: the runner's own step (`rlscale.runner.loop._rl_step` on the Run that
+  rlscale: the runner's own step (`rlscale.runner.rl_step.rl_step` on the Run that
     `builders.build_run` makes from the W2 config, its sampler's EOS disabled: pmapped Sampler
     with the shared prefill, the verifier through `score_batch`, GRPO advantages, the pmapped update step
     with its per-executable CPU compiler options), at rollout.host_threads 1 (the runner's
@@ -70,7 +70,7 @@ from experiments.configs.default import get_config
 from rlscale import outputs
 from rlscale.model import ModelConfig, init_params, save_hf_checkpoint
 from rlscale.runner import builders
-from rlscale.runner import loop
+from rlscale.runner import rl_step as rl_step_lib
 from rlscale.runner.timing import RunClock
 from rlscale.sampler import SamplingConfig, Sampler
 from rlscale.tasks import base
@@ -138,7 +138,7 @@ def rlscale_config(directory: str, args):
 
 
 class RlscaleStep:
-  """rlscale's side: the runner's step (`loop._rl_step`) on the `builders.build_run` of
+  """rlscale's side: the runner's step (`rl_step.rl_step`) on the `builders.build_run` of
   `rlscale_config`, with a sampler whose EOS is disabled; each call from the seed-0 weights with
   fresh Adam moments."""
 
@@ -175,7 +175,7 @@ class RlscaleStep:
     load = load_average()
     compiles_before = len(self.compiles)
     start = time.perf_counter()
-    record, state = loop._rl_step(  # pylint: disable=protected-access
+    record, state = rl_step_lib.rl_step(
         self.run, state, jax.random.key(index), self.counters, clock)
     jax.block_until_ready(state)
     total = time.perf_counter() - start

@@ -7,7 +7,7 @@ Builds the main job's Run exactly as `rlscale.main` does (`builders.build_run`: 
 start, cached in --sft_cache, the update step as the runner compiles it), samples --batches real
 rollout batches from the warm start with the runner's own `_collect_rollouts` (so the batch size,
 prompt bucket and bucketed response widths are the main job's), then times the runner's training
-phase (`loop.train_phase`: trimming, sharding, advantages, loss mask, update step, metrics to the
+phase (`rl_step.train_phase`: trimming, sharding, advantages, loss mask, update step, metrics to the
 host) for every variant, interleaved: each round runs every variant once on the same rollout
 batch (the variant order rotates each round), after a warm-up that compiles every width met.
 Each variant trains its own copy of the warm-start state. On a shared machine absolute seconds
@@ -20,7 +20,7 @@ Variants (each a Run that differs from the runner's in one thing):
   step_only    the update step alone on a batch already on the device (no host work): what the
                rest of the phase costs is baseline - step_only.
   full_prompt  the prompt's all-padding leading columns kept (the sampler's prompt bucket), as
-               the runner did before it trimmed them (`loop.train_widths` patched).
+               the runner did before it trimmed them (`update_batch.train_widths` patched).
   full_last_layer  the last layer computed at every position, then the response positions
                sliced, as the update step did before `forward(outputs=...)` (`update.forward`
                patched while the variant's step is traced).
@@ -64,7 +64,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position (after the sys.path line)
 from benchmarks.common import load_average, machine_info
 from benchmarks.profile_update import category, op_times
-from rlscale.runner import builders, loop
+from rlscale.runner import builders, rl_step, rollouts, update_batch
 from rlscale.runner.batching import train_widths
 from rlscale.runner.config_files import load_config_file
 from rlscale.runner.timing import RunClock
@@ -106,7 +106,7 @@ def variant_run(name: str, config, run):
 
 
 def _full_prompt_widths(rollout):
-  """`loop.train_widths` without the prompt trim: the sampler's prompt bucket."""
+  """`update_batch.train_widths` without the prompt trim: the sampler's prompt bucket."""
   return np.asarray(rollout.prompt_mask).shape[1], train_widths(rollout)[1]
 
 
@@ -121,8 +121,8 @@ def _full_last_layer_forward(params, config, tokens, input_mask, *, head=True, o
 
 _FORWARD = update_lib.forward
 # Module attributes a variant replaces while it runs (the update step reads `update.forward` when
-# it is traced, on the variant's first call per shape; the runner reads `loop.train_widths`).
-PATCHES = {"full_prompt": [(loop, "train_widths", _full_prompt_widths)],
+# it is traced, on the variant's first call per shape; the runner reads `update_batch.train_widths`).
+PATCHES = {"full_prompt": [(update_batch, "train_widths", _full_prompt_widths)],
            "full_last_layer": [(update_lib, "forward", _full_last_layer_forward)]}
 PATCHES["before"] = PATCHES["full_prompt"] + PATCHES["full_last_layer"]
 
@@ -146,7 +146,7 @@ def _copy_state(state):
 
 
 class StepOnly:
-  """The update step alone: the batch `loop.update_batch` makes, put on the device once."""
+  """The update step alone: the batch `update_batch.make_update_batch` makes, put on the device once."""
 
   def __init__(self, run):
     self.run = run
@@ -154,8 +154,8 @@ class StepOnly:
 
   def __call__(self, state, index, generated, key):
     if index not in self.batches:
-      sharded, _ = loop.update_batch(self.run, state, generated)
-      self.batches[index] = jax.device_put(sharded)
+      batch, _ = update_batch.make_update_batch(self.run, state, generated)
+      self.batches[index] = jax.device_put(batch.arrays())
     state, metrics = self.run.update_fn(state, self.batches[index],
                                         update_lib.replicate_key(key, self.run.num_devices))
     jax.block_until_ready(metrics)
@@ -242,7 +242,7 @@ def main(argv=None) -> dict:
   key = jax.random.key(config.seed)
   batches = []
   for i in range(args.batches):
-    generated, _ = loop._collect_rollouts(  # pylint: disable=protected-access
+    generated, _ = rollouts.collect_rollouts(
         run, run.state, jax.random.fold_in(key, i), counters, clock)
     batches.append(generated)
   widths = [train_widths(g.rollout) for g in batches]
@@ -251,7 +251,7 @@ def main(argv=None) -> dict:
     def fn(state, index, generated, k):
       del index
       with patched(name):
-        return loop.train_phase(variant, state, generated, k)
+        return rl_step.train_phase(variant, state, generated, k)
     return fn
 
   runs = {}

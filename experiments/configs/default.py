@@ -38,6 +38,12 @@ def get_config(arg=None):
   config.seed = 0
   # Initialise jax.distributed (multi-host): "auto" when JAX_COORDINATOR_ADDRESS is set, or True/False.
   config.distributed = "auto"
+  # Device mesh (README "Devices and sharding"): data (parameters replicated), fsdp (parameters and
+  # Adam moments sharded, ZeRO-3), tensor (heads, MLP and vocabulary sharded); sizes multiply to
+  # the device count, one may be -1 (the rest). Data-only meshes run the pmap path; fsdp or tensor
+  # > 1 runs the jitted global-view update step, sampler and forward passes on the mesh (one
+  # process). The batch P x G must divide by data x fsdp.
+  config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 
   # --- Model: the built-in small Qwen3-layout transformer (or an HF checkpoint directory).
   config.model = ml_collections.ConfigDict()
@@ -61,6 +67,13 @@ def get_config(arg=None):
   # layer at a time, about one more forward of compute); None = on for HF checkpoints, off for
   # the built-in model.
   config.model.remat = placeholder(bool)
+  # Kernel switches: "cpu" (XLA:CPU-tuned attention: multiply-reduce decode over a transposed key
+  # cache), "standard" (jax.nn.dot_product_attention), "auto" (cpu on the CPU backend, else
+  # standard); remat by "custom_vjp" (tied backward, for XLA:CPU), "checkpoint" (jax.checkpoint,
+  # nothing_saveable policy) or "auto" (custom_vjp on CPU, else checkpoint). Same numbers up to
+  # float rounding.
+  config.model.attention_impl = "auto"
+  config.model.remat_impl = "auto"
 
   # --- Task: prompts, reference answers and the reward.
   config.task = ml_collections.ConfigDict()

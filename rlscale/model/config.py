@@ -12,9 +12,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+# Kernel switches (`ModelConfig.attention_impl` / `remat_impl`): "auto" picks the CPU-tuned path
+# on the CPU backend and the standard one elsewhere (`resolve_impl`).
+ATTENTION_IMPLS = ("auto", "cpu", "standard")
+REMAT_IMPLS = ("auto", "custom_vjp", "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +80,15 @@ class ModelConfig:
       layer keeps only its input for the backward pass and recomputes its activations there,
       about one more forward of compute for the activation memory of one layer instead of all.
       The numbers are unchanged; sampling (the KV-cached forward) ignores it.
+    attention_impl: "cpu" (scores by einsum, a decode step's q . k as a multiply-reduce over the
+      transposed key cache: tuned for XLA:CPU), "standard" (`jax.nn.dot_product_attention`, the
+      path XLA and cuDNN optimise on GPU/TPU; the cache keeps its layout and is transposed on
+      read), or "auto" (default): "cpu" on the CPU backend, else "standard". Equal up to float
+      rounding (tests/model/test_kernel_switches.py).
+    remat_impl: how `remat` recomputes a layer: "custom_vjp" (`transformer.rematerialised_layer`,
+      whose backward is tied to the cotangent so XLA:CPU cannot merge it with the forward),
+      "checkpoint" (`jax.checkpoint` with the nothing_saveable policy), or "auto" (default):
+      "custom_vjp" on CPU, else "checkpoint". The same numbers.
     model_type: the HF family name this config came from ("qwen3", "qwen2", "llama"), for saving.
 
   Raises:
@@ -100,6 +114,8 @@ class ModelConfig:
   value_head: bool = False
   remat: bool = False
   model_type: str = "qwen3"
+  attention_impl: str = "auto"
+  remat_impl: str = "auto"
 
   def __post_init__(self):
     self.validate()
@@ -120,6 +136,9 @@ class ModelConfig:
       raise ValueError(f"model.rope_scaling must be None or a RopeScaling, got {self.rope_scaling!r}")
     if not isinstance(self.remat, bool):
       raise ValueError(f"model.remat must be True or False, got {self.remat!r}")
+    for name, allowed in (("attention_impl", ATTENTION_IMPLS), ("remat_impl", REMAT_IMPLS)):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"model.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in DTYPES:
         raise ValueError(f"model.{name} must be one of {sorted(DTYPES)}, got {getattr(self, name)!r}")
@@ -164,3 +183,13 @@ class ModelConfig:
 def tiny_config(**overrides) -> ModelConfig:
   """The built-in CPU model: Qwen3 layout at W1 size (about 2.6M params with vocab 512)."""
   return ModelConfig(**overrides)
+
+
+def resolve_impl(setting: str, cpu_choice: str, standard_choice: str,
+                 platform: Optional[str] = None) -> str:
+  """A kernel switch's path: `setting` itself unless it is "auto", then `cpu_choice` on the CPU
+  backend and `standard_choice` elsewhere (platform: "cpu", "gpu", "tpu"; default
+  `jax.default_backend()`, read when the model is traced)."""
+  if setting != "auto":
+    return setting
+  return cpu_choice if (platform or jax.default_backend()) == "cpu" else standard_choice

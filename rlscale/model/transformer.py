@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlscale.model.config import ModelConfig, RopeScaling
+from rlscale.model.config import ModelConfig, RopeScaling, resolve_impl
 
 
 # Logical axis names of every parameter, by a regex over its path ("layers_0/self_attn/q_proj/
@@ -236,6 +236,16 @@ class Attention(nn.Module):
       # [B, T, T] mask and skips the slots no token has been written to).
       num_keys = mask.shape[-1]
       k, v = cache_k[..., :num_keys], cache_v[:, :, :num_keys]
+    if resolve_impl(c.attention_impl, "cpu", "standard") == "standard":
+      if layer_cache is not None:  # the cache's [B, K, D, S] / [B, K, S, D] -> [B, S, K, D]
+        k, v = k.transpose(0, 3, 1, 2), v.transpose(0, 2, 1, 3)
+      # Grouped-query attention, scale D^-0.5, logits and softmax in float32 (the mask [B, T, S]
+      # broadcast over heads); a fully masked (padding) query gets a uniform row, as below.
+      out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None]).reshape(
+          b, t, c.num_heads * c.head_dim)
+      if last_only:
+        out = out[:, -1:]
+      return dense(c.hidden_size, c.o_proj_bias, "o_proj")(out), new_cache
     key_axes, value_axes = ("bskd", "bskd") if layer_cache is None else ("bkds", "bksd")
     groups = c.num_heads // c.num_kv_heads
     q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
@@ -334,7 +344,9 @@ class Transformer(nn.Module):
     for i in range(c.num_layers):
       queries = outputs if i == c.num_layers - 1 else None
       if remat:
-        x = rematerialised_layer(c, queries)(self.variables["params"][f"layers_{i}"], x, rope, mask)
+        layer = (rematerialised_layer if resolve_impl(c.remat_impl, "custom_vjp", "checkpoint")
+                 == "custom_vjp" else checkpointed_layer)
+        x = layer(c, queries)(self.variables["params"][f"layers_{i}"], x, rope, mask)
         x = constrain_activations(x)
         continue
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])
@@ -398,6 +410,18 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
 
   layer.defvjp(layer_fwd, layer_bwd)
   return layer
+
+
+def checkpointed_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None):
+  """fn(layer_params, x, rope, mask) -> x: one `DecoderLayer` under `jax.checkpoint` with the
+  nothing_saveable policy (the layer's input is kept, everything else recomputed in the
+  backward): the standard remat of GPU/TPU stacks (`model.remat_impl` "checkpoint"), the same
+  numbers as `rematerialised_layer`."""
+
+  def apply(params, x, rope, mask):
+    return DecoderLayer(config).apply({"params": params}, x, rope, mask, queries=queries)[0]
+
+  return jax.checkpoint(apply, policy=jax.checkpoint_policies.nothing_saveable)
 
 
 def embedding_module(config: ModelConfig, name: Optional[str] = None) -> nn.Embed:

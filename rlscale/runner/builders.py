@@ -16,13 +16,18 @@ import numpy as np
 
 from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
+from rlscale.parallel import forward as parallel_forward
+from rlscale.parallel import mesh as mesh_lib
+from rlscale.parallel import update as parallel_update
 from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.runner import hosts as hosts_lib
+from rlscale.runner import layout as layout_lib
 from rlscale.runner import plots
 from rlscale.runner import sft
 from rlscale.runner.batching import encode_prompts, encode_responses
 from rlscale.runner.evaluate import Evaluator, eval_sampling
+from rlscale.sampler.mesh_sampler import MeshSampler
 from rlscale.sampler.sampler import Sampler
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import make_task
@@ -46,7 +51,7 @@ class Run:
   task: Any
   sampler: Sampler
   evaluator: Evaluator
-  state: Any  # replicated TrainState
+  state: Any  # TrainState in `layout`: replicated (pmap) or sharded over the mesh
   update_fn: Callable
   ref_params: Any  # replicated frozen reference policy (KL), or None
   # pmapped (params, batch) -> response log-probs at rl.temperature: ref_logp from ref_params, and
@@ -67,6 +72,9 @@ class Run:
   title: str = ""  # what the run is (plots.run_title): algorithm, P x G = B, lr and its rule
   starting_point: str = "warm start"  # starting_point_label: what RL starts from, for logs
   smoke: bool = False  # config.smoke: a smoke variant, which checks the pipeline, not learning
+  # Where the arrays live (`layout.PmapLayout` or `layout.MeshLayout`); None reads as the pmap
+  # layout over num_devices (`layout.layout_of`).
+  layout: Any = None
 
   @property
   def export_config(self) -> ModelConfig:
@@ -234,6 +242,12 @@ def model_remat(config) -> bool:
   return remat
 
 
+def kernel_switches(config) -> dict[str, str]:
+  """{"attention_impl", "remat_impl"} from config.model ("auto" when a config lacks them);
+  `ModelConfig` checks the values."""
+  return {name: config.model.get(name, "auto") for name in ("attention_impl", "remat_impl")}
+
+
 def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
   """The policy to train: built-in (random init from the warm start's seed,
   `sft.effective_sft_seed`) or an HF checkpoint from config.model.checkpoint_path.
@@ -258,12 +272,12 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     log(f"model: loaded {model_config.model_type} checkpoint from {path} ({export_dtype} "
         f"weights, trained as float32, computing in {config.model.dtype})")
-    return (model_config.replace(param_dtype="float32", dtype=config.model.dtype, remat=remat),
-            params, export_dtype)
+    return (model_config.replace(param_dtype="float32", dtype=config.model.dtype, remat=remat,
+                                 **kernel_switches(config)), params, export_dtype)
   fields = {name: config.model[name] for name in MODEL_FIELDS}
   export_dtype = fields.pop("param_dtype")
   model_config = ModelConfig(vocab_size=tokenizer.vocab_size, param_dtype="float32", remat=remat,
-                             **fields)
+                             **fields, **kernel_switches(config))
   model_config.replace(param_dtype=export_dtype)  # validates model.param_dtype now
   params = init_params(model_config, jax.random.key(sft.effective_sft_seed(config)))
   log(f"model: built-in {model_config.num_params() / 1e6:.2f}M-parameter transformer")
@@ -284,8 +298,10 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
     return params, 0.0
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   cache_dir = config.sft.cache_dir or os.path.join(workdir, SFT_DIR)
-  # remat changes memory, not the numbers: left out so caches made without it stay valid.
-  model_fields = {k: v for k, v in dataclasses.asdict(model_config).items() if k != "remat"}
+  # remat and its implementation change memory, not the numbers, and "auto" kernels are the
+  # ones caches were made with before the switches existed: left out so those caches stay valid.
+  model_fields = {k: v for k, v in dataclasses.asdict(model_config).items()
+                  if k not in ("remat", "remat_impl") and not (k == "attention_impl" and v == "auto")}
   sft_seed = sft.effective_sft_seed(config)
   key = sft.warm_start_key({"model": model_fields, "task": config.task.to_dict(),
                             "sft": sft.warm_start_sft_fields(config.sft.to_dict()),
@@ -314,13 +330,88 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   return params, info["seconds"]
 
 
+def mesh_from_config(config):
+  """The Mesh of config.mesh when it asks for more than data parallelism (`layout.uses_mesh`),
+  else None (the pmap path; also for configs without a mesh section).
+
+  Raises: ValueError (one line naming the field) for bad mesh sizes (`mesh.mesh_shape`), or for
+  settings the mesh path does not support: several processes, rollout.host_threads > 1."""
+  mesh_cfg = config.get("mesh")
+  if not layout_lib.uses_mesh(mesh_cfg):
+    return None
+  mesh = mesh_lib.make_mesh(mesh_cfg)
+  if jax.process_count() > 1:
+    raise ValueError(f"mesh.fsdp={mesh_cfg.fsdp}, mesh.tensor={mesh_cfg.tensor}: the runner's mesh "
+                     "path runs in one process for now; set mesh.fsdp=1 and mesh.tensor=1 with "
+                     "several processes")
+  if config.rollout.host_threads != 1:
+    raise ValueError(f"rollout.host_threads={config.rollout.host_threads} splits the pmapped "
+                     "sampler's batch; with mesh.fsdp or mesh.tensor > 1 it must be 1")
+  return mesh
+
+
+def _pmap_parts(config, rl, model_config, optimizer, critic_optimizer, host_state, *, sampling,
+                buckets, tokenizer, measure_noise_scale) -> dict:
+  """The pmap path's sampler, replicated state, update step and forward passes (`build_run`)."""
+  logp_fn = None
+  if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
+    logp_fn = update_lib.make_logp_fn(model_config, rl.temperature, microbatches=rl.microbatches)
+  return {
+      "sampler": Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens,
+                         sampling=sampling, eos_ids=tuple(tokenizer.eos_ids),
+                         pad_id=tokenizer.pad_id, prompt_buckets=buckets,
+                         host_threads=config.rollout.host_threads),
+      "state": update_lib.replicate(host_state),
+      "update_fn": update_lib.make_update_fn(model_config, rl, optimizer,
+                                             critic_optimizer=critic_optimizer,
+                                             measure_noise_scale=measure_noise_scale),
+      "logp_fn": logp_fn,
+      "value_fn": (update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
+                   if update_lib.uses_critic(rl) else None),
+      "layout": layout_lib.PmapLayout(jax.local_device_count()),
+  }
+
+
+def _mesh_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, host_state, *,
+                sampling, buckets, tokenizer, measure_noise_scale) -> dict:
+  """The mesh path's parts (`build_run`): the sharded update step (whose state shardings, from
+  the abstract state, place everything else), the state on the mesh, the mesh sampler and the
+  sharded forward passes."""
+  update_fn = parallel_update.make_sharded_update_fn(
+      model_config, rl, optimizer, mesh, critic_optimizer=critic_optimizer,
+      measure_noise_scale=measure_noise_scale)
+  shardings = update_fn.state_shardings
+  logp_fn = None
+  if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
+    logp_fn = parallel_forward.make_sharded_logp_fn(model_config, rl.temperature, mesh,
+                                                    shardings.params, microbatches=rl.microbatches)
+  value_fn = None
+  if update_lib.uses_critic(rl):
+    value_fn = parallel_forward.make_sharded_value_fn(model_config, mesh, shardings.critic_params,
+                                                      microbatches=rl.microbatches)
+  layout = layout_lib.MeshLayout(mesh, shardings)
+  return {
+      "sampler": MeshSampler(model_config, config.rollout.max_new_tokens, sampling,
+                             tuple(tokenizer.eos_ids), tokenizer.pad_id, mesh,
+                             prompt_buckets=buckets, param_shardings=shardings.params),
+      "state": layout.place_state(host_state),
+      "update_fn": update_fn, "logp_fn": logp_fn, "value_fn": value_fn, "layout": layout,
+  }
+
+
 def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
-  """Validates `config` and builds a `Run` (warm start included)."""
+  """Validates `config` and builds a `Run` (warm start included).
+
+  The pmap path by default; a mesh (`layout.MeshLayout`: the sharded update step, the mesh
+  sampler, the sharded forward passes) when config.mesh asks for fsdp or tensor parallelism
+  (`layout.uses_mesh`)."""
   maybe_initialize_distributed(config.get("distributed", "auto"))
   num_devices = jax.local_device_count()
   rl = resolve_rl_config(config.rl)
-  # The update's per-device batch is B / (all processes' devices).
-  validate_rl_config(rl, num_devices=jax.device_count())
+  mesh = mesh_from_config(config)
+  # The update's per-device batch is B / (all processes' devices), on a mesh B / (data x fsdp).
+  validate_rl_config(rl, num_devices=jax.device_count() if mesh is None else
+                     mesh_lib.batch_parallelism(mesh))
   hosts_lib.check_rl_config(rl, hosts_lib.current())
   check_model_source(config)
   model_remat(config)
@@ -335,7 +426,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   sampled_eval = eval_sampling(sampling, config.eval.get("sampling"))
   if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
     # Dr. GRPO's constant defaults to the response limit Tr; fixed here because the update step
-    # trains on each batch's bucketed response width (loop._rl_step), not on Tr.
+    # trains on each batch's bucketed response width (rl_step.rl_step), not on Tr.
     rl.loss_agg_norm = float(config.rollout.max_new_tokens)
   task = make_task(config.task, seed=config.seed)
   eval_examples = held_out_examples(config, task, log)
@@ -347,37 +438,33 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
     log(tokenizers_lib.describe_prompts(tokenizer))
   model_config, params, export_dtype = build_model(config, tokenizer, log)
   params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
-  sampler = Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens, sampling=sampling,
-                    eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, prompt_buckets=buckets,
-                    host_threads=config.rollout.host_threads)
-  critic_params, critic_optimizer, value_fn = None, None, None
+  critic_params, critic_optimizer = None, None
   if update_lib.uses_critic(rl):
     critic_params = critic_params_from_policy(params, model_config, jax.random.key(config.seed + 1))
     critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
                                       **optimizer_args)
-    value_fn = update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
-  state = update_lib.replicate(create_train_state(
-      params, optimizer, critic_params=critic_params, critic_optimizer=critic_optimizer))
+  host_state = create_train_state(params, optimizer, critic_params=critic_params,
+                                  critic_optimizer=critic_optimizer)
   measure_noise_scale = config.train.get("measure_noise_scale", False)
-  update_fn = update_lib.make_update_fn(model_config, rl, optimizer,
-                                        critic_optimizer=critic_optimizer,
-                                        measure_noise_scale=measure_noise_scale)
+  build = _pmap_parts if mesh is None else functools.partial(_mesh_parts, mesh)
+  parts = build(config, rl, model_config, optimizer, critic_optimizer, host_state, sampling=sampling,
+                buckets=buckets, tokenizer=tokenizer, measure_noise_scale=measure_noise_scale)
+  sampler, state, update_fn, layout = parts["sampler"], parts["state"], parts["update_fn"], parts["layout"]
+  logp_fn, value_fn = parts["logp_fn"], parts["value_fn"]
   warning = measure_noise_scale and update_lib.noise_scale_split_warning(rl, jax.device_count())
   if warning:
     log(warning)
-  ref_params, logp_fn = None, None
+  ref_params = None
   if update_lib.uses_ref_logp(rl):
-    ref_params = update_lib.replicate(params)
-  if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
-    logp_fn = update_lib.make_logp_fn(model_config, rl.temperature, microbatches=rl.microbatches)
+    ref_params = update_lib.replicate(params) if mesh is None else layout.copy_of(params)
   if model_config.dtype == "bfloat16" and rl.old_logp == "sampler":
     log("note: bfloat16 compute with rl.old_logp='sampler': the sampler's and the trainer's "
         "log-probs differ by rounding (watch train/sampler_trainer_k3); "
         "--config.rl.old_logp=recompute takes old_logp from a trainer forward")
   evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
                         examples=eval_examples, prompt_buckets=buckets,
-                        num_devices=num_devices, pass_k=config.eval.pass_k,
-                        sampling=sampled_eval)
+                        num_devices=layout.num_devices, pass_k=config.eval.pass_k,
+                        sampling=sampled_eval, params_replicated=layout.params_replicated)
   warm_start_seconds = time.perf_counter() - t0
   title = plots.run_title(
       algorithm=config.rl.algorithm, prompts_per_step=rl.prompts_per_step,
@@ -387,6 +474,8 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
       reference_batch=config.optim.reference_batch, schedule=config.optim.schedule)
   processes = jax.process_count()
   where = f" on each of {processes} processes" if processes > 1 else ""
+  if mesh is not None:
+    where += f", mesh {dict(mesh.shape)} (data, fsdp, tensor)"
   log(f"setup: {num_devices} device(s){where}, {title}; {total_steps} steps; model load and warm start "
       f"{warm_start_seconds:.1f} s (not in the RL wall time)")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
@@ -397,4 +486,4 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
              advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)),
              export_dtype=export_dtype, log=log,
              title=title, smoke=bool(config.get("smoke", False)),
-             starting_point=starting_point_label(config))
+             starting_point=starting_point_label(config), layout=layout)

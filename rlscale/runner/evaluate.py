@@ -85,10 +85,12 @@ class Evaluator:
   Attributes:
     task: the task source (format_prompt, score).
     tokenizer: encodes prompts and decodes responses.
-    sampler: `rlscale.sampler.Sampler` (pmapped over local devices).
+    sampler: `rlscale.sampler.Sampler` (pmapped over local devices) or
+      `rlscale.sampler.mesh_sampler.MeshSampler`.
     examples: held-out examples (never in the training stream).
     prompt_buckets: allowed left-padded prompt lengths (tokens).
-    num_devices: local device count (batches are padded to a multiple of it).
+    num_devices: local device count, or the mesh's data x fsdp (batches are padded to a
+      multiple of it).
     pass_k: samples per prompt for the sampled metrics and pass@k.
     sampling: the SamplingConfig of the sampled metrics (`eval_sampling`: the rollout's unless
       eval.sampling overrides it); greedy accuracy always decodes at temperature 0.
@@ -101,12 +103,15 @@ class Evaluator:
   num_devices: int
   pass_k: int
   sampling: SamplingConfig
+  # True: the sampler receives the pmap layout's replicated params; False: a MeshSampler's
+  # global arrays (`layout.MeshLayout`).
+  params_replicated: bool = True
 
   def _score(self, params, tokens, mask, rng, sampling, samples_per_prompt: int):
     """[P * samples_per_prompt] shaped rewards (float32) and verdicts (bool), row
     p * samples_per_prompt + g for example p."""
     (tokens, mask), num_prompts = pad_to_multiple([tokens, mask], self.num_devices)
-    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling, params_replicated=True,
+    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling, params_replicated=self.params_replicated,
                            samples_per_prompt=samples_per_prompt)
     n = num_prompts * samples_per_prompt
     t_r = rollout.response_mask.shape[1]

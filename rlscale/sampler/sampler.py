@@ -25,6 +25,7 @@ import numpy as np
 from rlscale.model.config import ModelConfig
 from rlscale.model.transformer import (KVCache, Transformer, cache_attention_mask, init_cache,
                                        positions_from_mask)
+from rlscale.parallel import rules as rules_lib
 from rlscale.sampler.strategies import SamplingConfig, sample_token_from_noise
 
 AXIS_NAME = "batch"
@@ -34,6 +35,11 @@ AXIS_NAME = "batch"
 # (2 cores): +4% tokens/s with a 4 MiB table (batch 32 per program), -3% with 16 MiB (batch 128),
 # where reading the table costs more than the per-step draws.
 GUMBEL_TABLE_BYTES = 8 * 2**20
+# Logical names of the KV cache's dimensions (`KVCache`: keys [B, K, D, S] transposed, values
+# [B, K, S, D]): rows as the activations' batch, KV heads as the parameters' kv_heads (so a
+# tensor-parallel attention reads its own heads' cache), head_dim and slots replicated.
+CACHE_K_AXES = ("activation_batch", "kv_heads", "head_dim", "activation_length")
+CACHE_V_AXES = ("activation_batch", "kv_heads", "activation_length", "head_dim")
 
 
 class Rollout(NamedTuple):
@@ -121,6 +127,21 @@ def _positive_int(value, name: str) -> int:
   return int(value)
 
 
+def constrain_cache(cache: KVCache, rules) -> KVCache:
+  """`cache` with every buffer constrained to the sharding its logical names (CACHE_K_AXES,
+  CACHE_V_AXES) get under `rules` (`rlscale.parallel.rules` format) on the abstract mesh in
+  effect (`jax.sharding.use_abstract_mesh`); `cache` unchanged when rules is None (the pmap
+  path). A mesh axis that does not divide a dimension leaves it replicated
+  (`rules.logical_to_spec`)."""
+  if rules is None:
+    return cache
+  mesh = jax.sharding.get_abstract_mesh()
+  put = lambda x, names: jax.lax.with_sharding_constraint(  # noqa: E731
+      x, rules_lib.logical_to_spec(names, x.shape, mesh, rules))
+  return KVCache(tuple(put(k, CACHE_K_AXES) for k in cache.k),
+                 tuple(put(v, CACHE_V_AXES) for v in cache.v))
+
+
 def _check_generate_args(prompt_tokens, prompt_mask, model_config, sampling, eos_ids, pad_id):
   if prompt_tokens.ndim != 2 or prompt_tokens.shape[1] < 1:
     raise ValueError(f"prompt_tokens must be [B, Tp] with Tp >= 1, got shape {prompt_tokens.shape}")
@@ -180,7 +201,8 @@ def check_prompts(prompt_tokens, prompt_mask, vocab_size: int) -> None:
 
 def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
              model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
-             eos_ids: tuple, pad_id: int, samples_per_prompt: int = 1) -> Rollout:
+             eos_ids: tuple, pad_id: int, samples_per_prompt: int = 1,
+             cache_rules=None) -> Rollout:
   """Samples up to Tr = max_new_tokens tokens after each left-padded prompt (jitted).
 
   With samples_per_prompt = G > 1 the P prompts are prefilled once and their KV cache is copied
@@ -201,6 +223,9 @@ def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.
       tokens).
     pad_id: static id in [0, V) written after the first EOS; may equal an EOS id.
     samples_per_prompt: static G >= 1, responses sampled per prompt.
+    cache_rules: static logical axis rules (a tuple of (name, mesh axes) pairs) that shard the
+      KV cache over the abstract mesh in effect (`constrain_cache`; the mesh sampler,
+      `rlscale.sampler.mesh_sampler`); None (default) leaves its layout to the compiler.
   Returns:
     Rollout (see its docstring) with B = P * G rows, prompts repeated in `tokens`/`prompt_mask`.
   Raises:
@@ -213,13 +238,14 @@ def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.
   _check_generate_args(prompt_tokens, prompt_mask, model_config, sampling, eos_ids, pad_id)
   return _generate(params, prompt_tokens, prompt_mask, rng, model_config=model_config,
                    max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id,
-                   samples_per_prompt=samples_per_prompt)
+                   samples_per_prompt=samples_per_prompt, cache_rules=cache_rules)
 
 
 @functools.partial(jax.jit, static_argnames=("model_config", "max_new_tokens", "sampling",
-                                             "eos_ids", "pad_id", "samples_per_prompt"))
+                                             "eos_ids", "pad_id", "samples_per_prompt",
+                                             "cache_rules"))
 def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_tokens, sampling,
-              eos_ids, pad_id, samples_per_prompt) -> Rollout:
+              eos_ids, pad_id, samples_per_prompt, cache_rules=None) -> Rollout:
   """`generate` without the argument checks."""
   num_prompts, prompt_len = prompt_tokens.shape
   batch = num_prompts * samples_per_prompt
@@ -232,11 +258,13 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
   # slots only.
   out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
                     cache_attention_mask(prompt_mask, 0, prompt_len),
-                    init_cache(model_config, num_prompts, num_slots), jnp.int32(0), last_only=True)
+                    constrain_cache(init_cache(model_config, num_prompts, num_slots), cache_rules),
+                    jnp.int32(0), last_only=True)
   if samples_per_prompt > 1:  # each prompt's G rows start from copies of its prefill
     to_rows = lambda x: jnp.repeat(x, samples_per_prompt, axis=0)  # noqa: E731
     out = out._replace(logits=to_rows(out.logits), cache=jax.tree.map(to_rows, out.cache))
     prompt_tokens, prompt_mask = to_rows(prompt_tokens), to_rows(prompt_mask)
+  out = out._replace(cache=constrain_cache(out.cache, cache_rules))
   # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
   slot_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], axis=1)
   empty = DecodeState(
@@ -263,7 +291,7 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
     out = model.apply({"params": params}, state.last_token[:, None], positions,
                       cache_attention_mask(slot_mask, slot, 1), state.cache, slot)
     token, logp = sample_token_from_noise(out.logits[:, 0], draw(state.step), sampling)
-    return record(state._replace(cache=out.cache), token, logp)
+    return record(state._replace(cache=constrain_cache(out.cache, cache_rules)), token, logp)
 
   final = jax.lax.while_loop(cond, body, first)
   return Rollout(

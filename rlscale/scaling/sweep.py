@@ -362,10 +362,10 @@ def core_sets(parallel: int, cores: Sequence[int] | None = None) -> list[list[in
 
 def discard_unstarted(run_dir: str, lines: int = 40) -> str | None:
   """Removes the directory of a run process that stopped before writing results (it holds only
-  its sweep_log.txt: the run removed its own half-made files, `rlscale.runner.loop.holds_results`
+  its sweep_log.txt: the run removed its own half-made files, `rlscale.runner.run_dir.holds_results`
   is False), so no half-made run directory is left for the report or a rerun. Returns the last
   `lines` lines of the log, for sweep.json, or None when the directory holds results and stays."""
-  from rlscale.runner.loop import holds_results  # pylint: disable=g-import-not-at-top
+  from rlscale.runner.run_dir import holds_results  # pylint: disable=g-import-not-at-top
   if not os.path.isdir(run_dir) or holds_results(run_dir):
     return None
   try:

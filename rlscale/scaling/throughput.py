@@ -2,7 +2,7 @@
 
 For each prompts-per-step P (B = P * G responses) the run is built exactly as the runner builds it
 (`rlscale.runner.builders.build_run`, warm start from the cache) and RL steps are taken with the
-runner's own step (`rlscale.runner.loop._rl_step`: sampling, rewards, advantages, update) and timed
+runner's own step (`rlscale.runner.rl_step.rl_step`: sampling, rewards, advantages, update) and timed
 by the runner's clock (`rlscale.runner.timing.RunClock`: execution per phase, JAX compilation
 apart), so the profile times the code the sweep runs. Compile seconds are reported apart; the
 first `warmup` steps are dropped anyway (first calls also warm caches); the next `repeats` steps
@@ -57,7 +57,7 @@ def measure_batch(config, prompts_per_step: int, workdir: str, *, warmup: int = 
   compile seconds, responses/s, generated and trained tokens/s, memory.
   Raises ValueError for warmup < 1 or repeats < 1."""
   from rlscale.runner import builders  # pylint: disable=g-import-not-at-top
-  from rlscale.runner import loop  # pylint: disable=g-import-not-at-top
+  from rlscale.runner.rl_step import rl_step  # pylint: disable=g-import-not-at-top
   from rlscale.runner.timing import RunClock  # pylint: disable=g-import-not-at-top
   if warmup < 1 or repeats < 1:
     raise ValueError(f"--warmup and --repeats must be >= 1, got {warmup}, {repeats}")
@@ -70,7 +70,7 @@ def measure_batch(config, prompts_per_step: int, workdir: str, *, warmup: int = 
   clock.record()
   records = []
   for i in range(warmup + repeats):
-    record, state = loop._rl_step(run, state, jax.random.fold_in(key, i), counters, clock)  # pylint: disable=protected-access
+    record, state = rl_step(run, state, jax.random.fold_in(key, i), counters, clock)
     record.update(clock.record())
     records.append(record)
   steady = records[warmup:]
@@ -135,7 +135,7 @@ def profile(config, prompts_per_step: Sequence[int], out_dir: str, *, warmup: in
   (`rlscale.outputs.removed_on_failure`)."""
   if not prompts_per_step or any(p < 1 for p in prompts_per_step):
     raise ValueError(f"--prompts_per_step must list integers >= 1, got {list(prompts_per_step)}")
-  from rlscale.runner.loop import holds_results  # pylint: disable=g-import-not-at-top
+  from rlscale.runner.run_dir import holds_results  # pylint: disable=g-import-not-at-top
 
   def measured(folder):  # a profile written, or a warm start trained
     return os.path.isfile(os.path.join(folder, PROFILE_FILE)) or holds_results(folder)

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from rlscale.runner import builders
-from rlscale.runner import loop
+from rlscale.runner import loop, rollouts
 from tests.runner.runner_configs import multihost_config
 
 SFT_OFFSETS = 10**8  # the warm start reads the stream from here on (builders.warm_start)
@@ -26,7 +26,7 @@ def record_stream(patch) -> tuple[list, list]:
   and every sampling round's Generated; `patch(module, name, value)` sets the wrappers (e.g.
   pytest's monkeypatch.setattr). Returns the (offsets, rounds) lists they append to."""
   offsets, rounds = [], []
-  make_task, generate = builders.make_task, loop._generate_groups  # pylint: disable=protected-access
+  make_task, generate = builders.make_task, rollouts.generate_groups
 
   def making(*args, **kwargs):
     task = make_task(*args, **kwargs)
@@ -45,7 +45,7 @@ def record_stream(patch) -> tuple[list, list]:
     return rounds[-1]
 
   patch(builders, "make_task", making)
-  patch(loop, "_generate_groups", generating)
+  patch(rollouts, "generate_groups", generating)
   return offsets, rounds
 
 

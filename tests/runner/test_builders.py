@@ -13,7 +13,7 @@ from rlscale.model.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from rlscale.model.transformer import init_params
 from rlscale.runner import builders
 from rlscale.runner.builders import build_model, model_remat
-from rlscale.runner.loop import export_policy
+from rlscale.runner.run_dir import export_policy
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.train import update as update_lib
 from rlscale.train.optimizer import make_optimizer

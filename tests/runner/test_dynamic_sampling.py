@@ -5,7 +5,7 @@ import types
 import numpy as np
 import pytest
 
-from rlscale.runner import loop
+from rlscale.runner import rollouts, update_batch
 from rlscale.sampler.sampler import Rollout
 
 
@@ -18,18 +18,18 @@ def _generated(scores, round_index, correct=None):
                     lengths=np.full((b,), 2, np.int32), num_steps=np.full((b,), 2, np.int32))
   scores = np.asarray(scores, np.float32)
   correct = scores >= 1 if correct is None else np.asarray(correct, bool)
-  return loop.Generated(rollout, scores, scores, correct)
+  return rollouts.Generated(rollout, scores, scores, correct)
 
 
 def _run(monkeypatch, rounds, dynamic=True):
   calls = iter(rounds)
-  monkeypatch.setattr(loop, "_generate_groups",
+  monkeypatch.setattr(rollouts, "generate_groups",
                       lambda run, state, key, position, phase_totals: next(calls))
   run = types.SimpleNamespace(rl_config=types.SimpleNamespace(
       prompts_per_step=2, group_size=2, dynamic_sampling=dynamic))
   counters = {"samples": 0, "prompts": 0}
   import jax  # pylint: disable=g-import-not-at-top
-  generated, stats = loop._collect_rollouts(run, None, jax.random.key(0), counters, {})
+  generated, stats = rollouts.collect_rollouts(run, None, jax.random.key(0), counters, {})
   return generated, stats, counters
 
 
@@ -49,10 +49,10 @@ def test_keeps_groups_with_signal_until_full(monkeypatch):
 
 
 def test_refills_with_zero_signal_groups_after_the_last_round(monkeypatch):
-  rounds = [_generated([0, 0, 1, 1], r) for r in range(loop.MAX_SAMPLING_ROUNDS)]
+  rounds = [_generated([0, 0, 1, 1], r) for r in range(rollouts.MAX_SAMPLING_ROUNDS)]
   generated, stats, counters = _run(monkeypatch, rounds)
   assert generated.scores.shape == (4,)  # still P x G rows
-  assert counters["samples"] == 4 * loop.MAX_SAMPLING_ROUNDS
+  assert counters["samples"] == 4 * rollouts.MAX_SAMPLING_ROUNDS
   assert stats["sampling/kept_groups_with_signal"] == 0
   assert stats["sampling/out_of_rounds"] == 1  # counted in metrics.jsonl (and warned once)
 
@@ -85,13 +85,13 @@ def test_filler_groups_are_masked_out_of_the_loss_but_counted(monkeypatch):
   # Round 0 has one group with signal; the later rounds none: the batch is that group plus the
   # first zero-signal group as filler, which the loss mask removes (issue 13 item 6).
   rounds = [_generated([1, 0, 1, 1], 0)] + [
-      _generated([0, 0, 1, 1], r) for r in range(1, loop.MAX_SAMPLING_ROUNDS)]
+      _generated([0, 0, 1, 1], r) for r in range(1, rollouts.MAX_SAMPLING_ROUNDS)]
   generated, stats, counters = _run(monkeypatch, rounds)
   np.testing.assert_array_equal(generated.scores, [1, 0, 1, 1])
   np.testing.assert_array_equal(generated.filler, [False, False, True, True])
-  assert counters["samples"] == 4 * loop.MAX_SAMPLING_ROUNDS  # every sample still counts
+  assert counters["samples"] == 4 * rollouts.MAX_SAMPLING_ROUNDS  # every sample still counts
   assert stats["sampling/kept_groups_with_signal"] == 1
-  loss_mask, mask_stats = loop._loss_mask(_mask_run(), generated)
+  loss_mask, mask_stats = update_batch.loss_mask_of(_mask_run(), generated)
   np.testing.assert_array_equal(loss_mask, [[1, 1], [1, 1], [0, 0], [0, 0]])
   assert mask_stats["loss_mask/filler_frac"] == 0.5 and mask_stats["loss_mask/truncated_frac"] == 0
 
@@ -100,7 +100,7 @@ def test_groups_with_signal_are_not_filler(monkeypatch):
   generated, _, _ = _run(monkeypatch, [_generated([1, 0, 0, 1], 0)])
   np.testing.assert_array_equal(generated.filler, [False] * 4)
   generated, _, _ = _run(monkeypatch, [_generated([1, 1, 0, 0], 0)], dynamic=False)
-  assert loop._loss_mask(_mask_run(), generated)[0].min() == 1  # truncated, but not asked
+  assert update_batch.loss_mask_of(_mask_run(), generated)[0].min() == 1  # truncated, but not asked
 
 
 @pytest.mark.parametrize("mask_truncated", [False, True])
@@ -112,9 +112,9 @@ def test_truncated_responses_are_masked_only_when_asked(mask_truncated):
                     prompt_mask=np.ones((4, 2), np.int32), response_mask=response_mask,
                     logp=np.zeros((4, 3), np.float32), lengths=response_mask.sum(1),
                     num_steps=np.full((4,), 3, np.int32))
-  generated = loop.Generated(rollout, np.zeros(4, np.float32), np.zeros(4, np.float32),
+  generated = rollouts.Generated(rollout, np.zeros(4, np.float32), np.zeros(4, np.float32),
                              np.zeros(4, bool))
-  loss_mask, stats = loop._loss_mask(_mask_run(mask_truncated), generated)
+  loss_mask, stats = update_batch.loss_mask_of(_mask_run(mask_truncated), generated)
   expected = response_mask.copy()
   if mask_truncated:
     expected[[1, 3]] = 0

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from rlscale.runner import builders
-from rlscale.runner import loop
+from rlscale.runner import loop, rollouts
+from rlscale.runner import rl_step as rl_step_lib
 from rlscale.runner.batching import encode_prompts
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.metrics_log import read_metrics
@@ -61,7 +62,7 @@ def _drawn(path):
   saved = np.load(path)
   count = len({k.split("/")[0] for k in saved.files if "/" in k})
   return saved["offsets"].tolist(), [
-      loop.Generated(Rollout(**{f: saved[f"{r}/rollout/{f}"] for f in Rollout._fields}),
+      rollouts.Generated(Rollout(**{f: saved[f"{r}/rollout/{f}"] for f in Rollout._fields}),
                      saved[f"{r}/rewards"], saved[f"{r}/scores"], saved[f"{r}/correct"])
       for r in range(count)]
 
@@ -112,7 +113,7 @@ def test_two_process_step_equals_one_process_step_on_the_union(runs, monkeypatch
   processes' rollouts, from the step-1 checkpoint, gives the parameters the two processes
   checkpointed at step 2 and the metrics process 0 logged."""
   (_, (generated0,)), (_, (generated1,)) = runs["processes"]
-  union = loop._concat([generated0, generated1])  # pylint: disable=protected-access
+  union = rollouts.concat_generated([generated0, generated1])
   assert len(union.rewards) == P * G  # each process drew half the batch
   assert np.ptp(union.rewards) > 0  # rewards vary, so the advantages carry a signal
   config = multihost_config(str(runs["cache"]), 2)
@@ -127,13 +128,13 @@ def test_two_process_step_equals_one_process_step_on_the_union(runs, monkeypatch
   def collect(run, state, key, counters, clock):  # the union as this step's rollouts
     counters["prompts"] += P
     counters["samples"] += P * G
-    return union, loop._generation_stats([union], G)  # pylint: disable=protected-access
+    return union, rollouts.generation_stats([union], G)
 
-  monkeypatch.setattr(loop, "_collect_rollouts", collect)
+  monkeypatch.setattr(rl_step_lib, "collect_rollouts", collect)
   counters = {"prompts": P, "samples": P * G}
-  record, state = loop._rl_step(run, update_lib.replicate(step1),  # pylint: disable=protected-access
-                                jax.random.fold_in(jax.random.key(config.seed), 1), counters,
-                                RunClock())
+  record, state = rl_step_lib.rl_step(run, update_lib.replicate(step1),
+                                       jax.random.fold_in(jax.random.key(config.seed), 1), counters,
+                                       RunClock())
   params = jax.device_get(update_lib.unreplicate(state.params))
   moved = max(float(np.max(np.abs(a - b))) for a, b in
               zip(jax.tree.leaves(params), jax.tree.leaves(step1.params)))

@@ -14,8 +14,11 @@ import pytest
 from rlscale.model import load_hf_checkpoint
 from rlscale.runner import builders
 from rlscale.runner import hosts as hosts_lib
-from rlscale.runner import loop
-from rlscale.runner.loop import clip_fired, group_stats, holds_results, train_and_evaluate
+from rlscale.runner import loop, rollouts
+from rlscale.runner.loop import train_and_evaluate
+from rlscale.runner.rl_step import clip_fired
+from rlscale.runner.rollouts import group_stats
+from rlscale.runner.run_dir import holds_results
 from rlscale.runner.metrics_log import read_metrics
 from rlscale.runner.timing import RunClock
 from rlscale.sampler.sampler import Rollout
@@ -85,7 +88,7 @@ def test_nonfinite_task_scores_are_counted_per_step(monkeypatch):
                                       overlong_buffer_frac=0.0))
   state = types.SimpleNamespace(params=None)
   with pytest.warns(rewards.NonFiniteRewardWarning, match="row 0"):
-    generated, stats = loop._collect_rollouts(run, state, jax.random.key(0),
+    generated, stats = rollouts.collect_rollouts(run, state, jax.random.key(0),
                                               {"samples": 0, "prompts": 0}, RunClock())
   np.testing.assert_array_equal(generated.rewards, [0, 1, 0, 1])
   assert stats["reward/nonfinite_frac"] == 0.25 and stats["reward/mean"] == 0.5
@@ -326,7 +329,7 @@ def test_only_process_0_removes_a_failed_runs_files(tmp_path, monkeypatch, index
 def test_a_run_failing_after_a_checkpoint_keeps_it_and_resumes(full_run, tmp_path, sft_cache,
                                                                monkeypatch):
   workdir = str(tmp_path / "run")
-  rl_step = loop._rl_step
+  rl_step = loop.rl_step
   calls = []
 
   def crash_at_step_3(*args):
@@ -334,13 +337,13 @@ def test_a_run_failing_after_a_checkpoint_keeps_it_and_resumes(full_run, tmp_pat
     if len(calls) == 3:
       raise RuntimeError("crash in step 3")
     return rl_step(*args)
-  monkeypatch.setattr(loop, "_rl_step", crash_at_step_3)
+  monkeypatch.setattr(loop, "rl_step", crash_at_step_3)
   config = tiny_config(sft__cache_dir=sft_cache)  # checkpoint every 2 steps
   with pytest.raises(RuntimeError, match="crash in step 3"):
     train_and_evaluate(config, workdir)
   assert os.listdir(os.path.join(workdir, "checkpoints")) == ["2"]
   assert [r["step"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2]
-  monkeypatch.setattr(loop, "_rl_step", rl_step)
+  monkeypatch.setattr(loop, "rl_step", rl_step)
   assert train_and_evaluate(config, workdir)["steps"] == 4  # resumed from step 2
   assert (comparable(read_metrics(os.path.join(workdir, "metrics.jsonl"))) ==
           comparable(read_metrics(os.path.join(full_run[0], "metrics.jsonl"))))

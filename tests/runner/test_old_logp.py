@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlscale.runner import loop
+from rlscale.runner import update_batch
 from rlscale.train import update as update_lib
 from tests.train import update_problem as problem
 
@@ -26,7 +26,7 @@ def test_behaviour_logp(source):
   run = types.SimpleNamespace(
       rl_config=rl, logp_fn=update_lib.make_logp_fn(problem.MODEL, rl.temperature, devices=devices))
   state = types.SimpleNamespace(params=update_lib.replicate(params, devices))
-  old_logp, stats = loop._behaviour_logp(run, state, sharded, rollout)
+  old_logp, stats = update_batch.behaviour_logp(run, state, sharded, rollout)
   if source == "sampler":
     np.testing.assert_array_equal(old_logp, rollout.logp)
     np.testing.assert_array_equal(np.asarray(sharded["old_logp"])[0], rollout.logp)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rlscale.runner import builders
-from rlscale.runner import loop
+from rlscale.runner import loop, run_dir
 from rlscale.runner import progress
 from rlscale.runner.interrupts import acknowledgement
 from rlscale.runner.loop import train_and_evaluate
@@ -73,12 +73,12 @@ def _signal_self_on(monkeypatch, module, name, call_index):
 
 @pytest.mark.parametrize("where, acknowledged", [
     # Evaluations run at steps 0, 2 and 4 (train.eval_every = 2): the third is the last step's.
-    (("held_out_metrics", 3), acknowledgement(4)),  # was "finishing step 5"
-    (("export_policy", 1), acknowledgement(None)),  # after the last step: was an exit with 130
+    ((loop, "held_out_metrics", 3), acknowledgement(4)),  # was "finishing step 5"
+    ((run_dir, "export_policy", 1), acknowledgement(None)),  # after the last step: was an exit with 130
 ])
 def test_a_signal_names_the_step_running_and_a_finished_run_completes(
     tmp_path, sft_cache, monkeypatch, capfd, where, acknowledged):
-  _signal_self_on(monkeypatch, loop, *where)
+  _signal_self_on(monkeypatch, *where)
   summary = train_and_evaluate(tiny_config(sft__cache_dir=sft_cache), str(tmp_path))
   assert summary["steps"] == 4 and "interrupted" not in summary  # the run had no step left
   err = capfd.readouterr().err
