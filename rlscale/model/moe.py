@@ -102,11 +102,14 @@ def load_balancing_loss(stats: MoEStats, num_experts: int) -> jax.Array:
   return num_experts * jnp.sum(jax.lax.stop_gradient(f) * p)
 
 
-def expert_load_max(stats: MoEStats) -> jax.Array:
-  """max over MoE layers and experts of E * (that expert's share of the layer's assignments):
-  1 when every expert gets k/E of the tokens, E when one expert gets all. Scalar float32."""
-  share = stats.expert_tokens / jnp.maximum(jnp.sum(stats.expert_tokens, -1, keepdims=True), 1.0)
-  return stats.expert_tokens.shape[-1] * jnp.max(share)
+def expert_load_max(expert_tokens: jax.Array) -> jax.Array:
+  """max over MoE layers and experts of E * (that expert's share of the layer's assignments).
+
+  Args: expert_tokens: [L_moe, E] (`MoEStats.expert_tokens`, or its sum over microbatches).
+  Returns: scalar float32: 1 when every expert gets k/E of the assignments, E when one expert
+  gets all."""
+  share = expert_tokens / jnp.maximum(jnp.sum(expert_tokens, -1, keepdims=True), 1.0)
+  return expert_tokens.shape[-1] * jnp.max(share)
 
 
 def dense_dispatch(x, weights, experts, gate, up, down):

@@ -47,7 +47,7 @@ def test_load_balancing_loss_by_hand():
   masked = _stats(experts, PROBS, np.array([1.0, 0.0]))
   np.testing.assert_allclose(moe.load_balancing_loss(masked, 4), 2.8, rtol=1e-6)
   # Expert 0 takes 2 of the 4 assignments: E * 2/4 = 2.
-  np.testing.assert_allclose(moe.expert_load_max(stats), 2.0)
+  np.testing.assert_allclose(moe.expert_load_max(stats.expert_tokens), 2.0)
   # Pooled over two layers (HF's form): the counts and probabilities add before the product.
   both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), stats, masked)
   f = np.array([3, 2, 1, 0]) / 3
