@@ -129,12 +129,72 @@ def dense_dispatch(x, weights, experts, gate, up, down):
   return jnp.einsum("enh,ne->nh", y, combine.astype(y.dtype)).astype(x.dtype)
 
 
+def _map_over_batch(fn, axis_size, in_batched, *args):
+  """fn applied to each of axis_size slices by `lax.map` (unbatched arguments broadcast)."""
+  args = [a if b else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, b in zip(args, in_batched)]
+  return jax.lax.map(lambda xs: fn(*xs), tuple(args))
+
+
+@jax.custom_batching.custom_vmap
+def _ragged_dot(x, w, group_sizes):
+  return jax.lax.ragged_dot(x, w, group_sizes)
+
+
+@_ragged_dot.def_vmap
+def _ragged_dot_vmap(axis_size, in_batched, x, w, group_sizes):
+  return _map_over_batch(jax.lax.ragged_dot, axis_size, in_batched, x, w, group_sizes), True
+
+
+def _ragged_dot_grads(x, w, group_sizes, dy):
+  _, vjp = jax.vjp(lambda x, w: jax.lax.ragged_dot(x, w, group_sizes), x, w)
+  return vjp(dy)
+
+
+@jax.custom_batching.custom_vmap
+def _ragged_dot_bwd(x, w, group_sizes, dy):
+  return _ragged_dot_grads(x, w, group_sizes, dy)
+
+
+@_ragged_dot_bwd.def_vmap
+def _ragged_dot_bwd_vmap(axis_size, in_batched, x, w, group_sizes, dy):
+  return _map_over_batch(_ragged_dot_grads, axis_size, in_batched, x, w, group_sizes, dy), (True, True)
+
+
+@jax.custom_vjp
+def grouped_matmul(x, w, group_sizes):
+  """`jax.lax.ragged_dot` that also works under `jax.vmap` with gradients.
+
+  Args: x [M, K] with rows grouped contiguously; w [G, K, N]; group_sizes [G] int32, summing
+    to M. Returns [M, N]: row m of group g is x[m] @ w[g].
+
+  Why: jax 0.10 has no vmap rule for ragged_dot ("vmap over any dim but 0 - NYI") and no reverse
+  mode through `custom_vmap`; the sharded update step vmaps the update over a batch axis of size
+  1 (`rlscale.parallel.update`). So the forward and the backward (ragged_dot's own vjp) are each
+  a custom_vmap whose rule maps over the batch with `lax.map` (one iteration at size 1), and this
+  custom_vjp ties them together. Same numbers as ragged_dot and its vjp.
+  """
+  return _ragged_dot(x, w, group_sizes)
+
+
+def _grouped_matmul_fwd(x, w, group_sizes):
+  return _ragged_dot(x, w, group_sizes), (x, w, group_sizes)
+
+
+def _grouped_matmul_bwd(saved, dy):
+  x, w, group_sizes = saved
+  dx, dw = _ragged_dot_bwd(x, w, group_sizes, dy)
+  return dx, dw, None
+
+
+grouped_matmul.defvjp(_grouped_matmul_fwd, _grouped_matmul_bwd)
+
+
 def ragged_dispatch(x, weights, experts, gate, up, down):
   """Sort-by-expert dispatch with grouped matmuls (`jax.lax.ragged_dot`); same arguments and
   result as `dense_dispatch`.
 
   The N*k assignments are stably sorted by expert, each row gathers its token's x, the experts
-  run as ragged_dot over group sizes = assignments per expert, the rows are scaled by their
+  run as ragged_dot (`grouped_matmul`) over group sizes = assignments per expert, the rows are scaled by their
   routing weight and scatter-added back to their token. Nothing is dropped or padded.
   """
   n, k = experts.shape
@@ -144,9 +204,8 @@ def ragged_dispatch(x, weights, experts, gate, up, down):
   token = order // k
   group_sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
   xs = x[token]
-  h = (nn.silu(jax.lax.ragged_dot(xs, gate, group_sizes))
-       * jax.lax.ragged_dot(xs, up, group_sizes))
-  y = jax.lax.ragged_dot(h, down, group_sizes)
+  h = nn.silu(grouped_matmul(xs, gate, group_sizes)) * grouped_matmul(xs, up, group_sizes)
+  y = grouped_matmul(h, down, group_sizes)
   y = y * weights.reshape(-1)[order][:, None].astype(y.dtype)
   return jnp.zeros((n, x.shape[-1]), y.dtype).at[token].add(y).astype(x.dtype)
 

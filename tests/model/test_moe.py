@@ -111,6 +111,23 @@ def test_ragged_and_dense_gradients_agree():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_grouped_matmul_under_vmap_equals_ragged_dot_per_row_and_its_gradients():
+  rng = np.random.default_rng(6)
+  x = jnp.asarray(rng.standard_normal((2, 6, 4)), jnp.float32)
+  w = jnp.asarray(rng.standard_normal((3, 4, 5)), jnp.float32)
+  sizes = jnp.array([[2, 1, 3], [0, 4, 2]], jnp.int32)  # an empty group in row 1
+
+  def batched(x, w):
+    return jnp.sum(jnp.sin(jax.vmap(moe.grouped_matmul, in_axes=(0, None, 0))(x, w, sizes)))
+
+  def per_row(x, w):
+    return sum(jnp.sum(jnp.sin(jax.lax.ragged_dot(x[i], w, sizes[i]))) for i in range(2))
+
+  np.testing.assert_allclose(batched(x, w), per_row(x, w), rtol=1e-6)
+  for a, b in zip(jax.grad(batched, (0, 1))(x, w), jax.grad(per_row, (0, 1))(x, w)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_resolve_dispatch():
   assert moe.resolve_dispatch("auto", "cpu") == moe.DISPATCH_AUTO_CPU == "dense"
   assert moe.resolve_dispatch("auto", "gpu") == "ragged"
