@@ -58,3 +58,20 @@ def test_expert_rules_and_mesh_axes():
   assert mesh_lib.mesh_shape({"data": 1, "fsdp": 2, "tensor": 1, "expert": -1}, 8) == (1, 2, 1, 4)
   assert mesh_lib.mesh_axes(mesh_lib.mesh_config(expert=4)) == ("data", "fsdp", "tensor", "expert")
   assert mesh_lib.batch_axes(mesh) == ("data", "fsdp", "expert")
+
+
+def test_every_moe_parameter_is_named():
+  import jax  # pylint: disable=g-import-not-at-top
+  from rlscale.model.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from rlscale.model.transformer import PARAM_LOGICAL_AXES, init_params  # pylint: disable=g-import-not-at-top
+  config = ModelConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_layers=2,
+                       num_heads=4, num_kv_heads=2, head_dim=8, num_experts=4,
+                       moe_intermediate_size=16, mlp_only_layers=(0,))
+  shapes = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+  named = {rules.path_string(p): rules.match_logical_axes(rules.path_string(p), leaf.ndim,
+                                                          PARAM_LOGICAL_AXES)
+           for p, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]}
+  assert all(v is not None for v in named.values()), named
+  assert named["layers_1/mlp/experts/down_proj"] == ("expert", "moe_mlp", "embed")
+  assert named["layers_1/mlp/gate/kernel"] == ("embed", None)
+  assert named["layers_0/mlp/up_proj/kernel"] == ("embed", "mlp")
