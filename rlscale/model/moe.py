@@ -43,7 +43,10 @@ class MoEStats(NamedTuple):
     expert_prob: [L_moe, E] float32, per layer the sum over real tokens of the router
       probabilities softmax(router logits) (sums to rows); differentiable.
     rows: [L_moe] float32, the real tokens counted (the token mask's sum).
-    experts: [L_moe, B, T, k] int32, each token's chosen experts in descending probability.
+    experts: [L_moe, B, T', k] int32, each token's chosen experts in descending probability;
+      T' = T, or the positions the last layer computes under `Transformer`'s outputs /
+      last_only (every layer's choices at those positions). The counts and probabilities
+      above cover each layer's own positions.
   """
   expert_tokens: jax.Array
   expert_prob: jax.Array

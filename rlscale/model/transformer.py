@@ -386,8 +386,9 @@ class Transformer(nn.Module):
     out_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v))
     moe = None
     if moe_stats:
-      # The last layer's experts cover only its computed positions (outputs / last_only): the
-      # per-token expert choices are stacked over the layers that saw the same positions.
+      # With outputs / last_only the last layer routes only its computed positions, the last
+      # columns of the others' (causal: the trailing columns were cut): every layer's choices
+      # are kept for those positions so they stack.
       widths = {s[3].shape[1] for s in moe_stats}
       experts = (jnp.stack([s[3] for s in moe_stats]) if len(widths) == 1
                  else jnp.stack([s[3][:, -min(widths):] for s in moe_stats]))
