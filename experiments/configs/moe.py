@@ -16,6 +16,12 @@ with Qwen3-MoE's coefficient 0.001; the trainer recomputes the behaviour log-pro
 On CPU the experts run as the dense "every expert, masked" dispatch, which measured faster
 there than ragged_dot (`model.moe_dispatch="auto"`); on GPU/TPU auto picks ragged_dot.
 Exported as a HF Qwen3-MoE checkpoint (transformers' Qwen3MoeForCausalLM loads it).
+
+Measured with seed 0 (2026-12-04, the 2-core CPU shared with another job): 1.29M parameters in
+total; held-out greedy accuracy 0.566 after the warm start -> 0.758 after 500 steps (+0.19, noise
++-0.08 for 256 prompts) in 2,016 s of RL (435 s of warm start before). The load-balancing loss
+went from 4.20 to 4.01 (2 = balanced) and the busiest expert kept about 3.2 / 8 of a layer's
+assignments: at coefficient 0.001 the router stays unbalanced on this task.
 """
 
 from rlscale.runner.config_files import load_config_file, sibling
