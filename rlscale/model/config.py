@@ -4,7 +4,9 @@ The three families differ only in switches this dataclass carries: Qwen2 adds bi
 projections (`qkv_bias`), Qwen3 adds a per-head RMSNorm on queries and keys (`qk_norm`), and small
 models of every family tie the output projection to the input embedding (`tie_embeddings`). Qwen3 and
 Llama checkpoints with `attention_bias` also put a bias on the output projection (`o_proj_bias`), and
-Llama 3.1+ rescales the rotary frequencies (`rope_scaling`).
+Llama 3.1+ rescales the rotary frequencies (`rope_scaling`). Qwen3-MoE (`num_experts > 0`) replaces
+the SwiGLU MLP of some layers by a top-k mixture of experts (`rlscale.model.moe`), with HF's field
+names.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 # on the CPU backend and the standard one elsewhere (`resolve_impl`).
 ATTENTION_IMPLS = ("auto", "cpu", "standard")
 REMAT_IMPLS = ("auto", "custom_vjp", "checkpoint")
+# The mixture-of-experts fields (HF Qwen3MoeConfig names, plus the dispatch switch); with
+# num_experts == 0 they do not change the model (`ModelConfig.moe_fields_in_use`).
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+              "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "moe_dispatch")
+MOE_DISPATCHES = ("auto", "ragged", "dense")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +96,21 @@ class ModelConfig:
       whose backward is tied to the cotangent so XLA:CPU cannot merge it with the forward),
       "checkpoint" (`jax.checkpoint` with the nothing_saveable policy), or "auto" (default):
       "custom_vjp" on CPU, else "checkpoint". The same numbers.
-    model_type: the HF family name this config came from ("qwen3", "qwen2", "llama"), for saving.
+    model_type: the HF family name this config came from ("qwen3", "qwen2", "llama",
+      "qwen3_moe"), for saving.
+    num_experts: E, experts per MoE layer; 0 = a dense model (every layer a SwiGLU MLP).
+    num_experts_per_tok: k, experts each token is routed to (1 <= k <= E).
+    moe_intermediate_size: I, SwiGLU hidden width of one expert.
+    norm_topk_prob: renormalise the k chosen router probabilities to sum to 1 (Qwen3-MoE
+      checkpoints: True; HF's class default False).
+    decoder_sparse_step: layer i (0-based) is MoE iff (i + 1) % decoder_sparse_step == 0 and i is
+      not in mlp_only_layers (HF Qwen3MoeDecoderLayer).
+    mlp_only_layers: layer indices that keep a dense MLP of intermediate_size (a tuple; lists
+      are converted).
+    router_aux_loss_coef: coefficient of the load-balancing loss (`moe.load_balancing_loss`) in
+      the RL update's loss (HF adds it to the LM loss with the same coefficient).
+    moe_dispatch: "ragged" (sort + jax.lax.ragged_dot), "dense" (every expert, masked) or "auto"
+      (dense on CPU, ragged elsewhere: `moe.resolve_dispatch`); the same numbers either way.
 
   Raises:
     ValueError: from `validate` when a field is out of range, naming the field.
@@ -116,8 +137,20 @@ class ModelConfig:
   model_type: str = "qwen3"
   attention_impl: str = "auto"
   remat_impl: str = "auto"
+  num_experts: int = 0
+  num_experts_per_tok: int = 2
+  moe_intermediate_size: int = 0
+  norm_topk_prob: bool = True
+  decoder_sparse_step: int = 1
+  mlp_only_layers: tuple = ()
+  router_aux_loss_coef: float = 0.001
+  moe_dispatch: str = "auto"
 
   def __post_init__(self):
+    if isinstance(self.mlp_only_layers, (list, range)):
+      # A config file's or config.json's list, stored as a tuple so the config stays hashable
+      # (it is a static argument of jitted functions).
+      object.__setattr__(self, "mlp_only_layers", tuple(self.mlp_only_layers))
     self.validate()
 
   def validate(self) -> None:
@@ -142,6 +175,54 @@ class ModelConfig:
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in DTYPES:
         raise ValueError(f"model.{name} must be one of {sorted(DTYPES)}, got {getattr(self, name)!r}")
+    self._validate_moe()
+
+  def _validate_moe(self) -> None:
+    """The MoE fields; only num_experts, mlp_only_layers' type and moe_dispatch when dense."""
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    if not is_int(self.num_experts) or self.num_experts < 0:
+      raise ValueError(f"model.num_experts must be an int >= 0 (0: dense), got {self.num_experts!r}")
+    if self.moe_dispatch not in MOE_DISPATCHES:
+      raise ValueError(f"model.moe_dispatch must be one of {MOE_DISPATCHES}, got "
+                       f"{self.moe_dispatch!r}")
+    if not isinstance(self.mlp_only_layers, tuple) or not all(
+        is_int(i) for i in self.mlp_only_layers):
+      raise ValueError(f"model.mlp_only_layers must be a tuple of layer indices, got "
+                       f"{self.mlp_only_layers!r}")
+    if not self.num_experts:
+      return
+    k = self.num_experts_per_tok
+    if not is_int(k) or not 1 <= k <= self.num_experts:
+      raise ValueError(f"model.num_experts_per_tok must be an int in [1, num_experts = "
+                       f"{self.num_experts}], got {k!r}")
+    for name in ("moe_intermediate_size", "decoder_sparse_step"):
+      value = getattr(self, name)
+      if not is_int(value) or value <= 0:
+        raise ValueError(f"model.{name} must be a positive int when num_experts > 0, got {value!r}")
+    bad = [i for i in self.mlp_only_layers if not 0 <= i < self.num_layers]
+    if bad:
+      raise ValueError(f"model.mlp_only_layers holds {bad}, outside the layers 0..{self.num_layers - 1}")
+    if not isinstance(self.norm_topk_prob, bool):
+      raise ValueError(f"model.norm_topk_prob must be True or False, got {self.norm_topk_prob!r}")
+    coef = self.router_aux_loss_coef
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not coef >= 0:
+      raise ValueError(f"model.router_aux_loss_coef must be a number >= 0, got {coef!r}")
+
+  def is_moe_layer(self, layer: int) -> bool:
+    """Whether decoder layer `layer` (0-based) is a mixture of experts: num_experts > 0,
+    (layer + 1) % decoder_sparse_step == 0 and layer not in mlp_only_layers (HF Qwen3-MoE)."""
+    return (self.num_experts > 0 and (layer + 1) % self.decoder_sparse_step == 0
+            and layer not in self.mlp_only_layers)
+
+  @property
+  def moe_layers(self) -> tuple[int, ...]:
+    """Indices of the MoE layers (empty for a dense model)."""
+    return tuple(i for i in range(self.num_layers) if self.is_moe_layer(i))
+
+  @property
+  def moe_fields_in_use(self) -> bool:
+    """Whether the MoE fields change the model (num_experts > 0 and some layer is MoE)."""
+    return bool(self.moe_layers)
 
   @property
   def jnp_dtype(self) -> Any:
@@ -154,9 +235,13 @@ class ModelConfig:
   def replace(self, **changes) -> "ModelConfig":
     return dataclasses.replace(self, **changes)
 
-  def num_params(self, include_embedding: bool = True) -> int:
+  def num_params(self, include_embedding: bool = True, active: bool = False) -> int:
     """Parameter count of `transformer.init_params(self)`: the embedding counted once when tied,
-    the value head (kernel [hidden, 1] and bias [1]) when present."""
+    the value head (kernel [hidden, 1] and bias [1]) when present.
+
+    A MoE layer holds the router [hidden, E] and E experts of 3 * hidden * I; with active=True
+    only the k experts one token uses are counted (router included): the parameters that
+    touch a token, which set its FLOPs."""
     d, h, k, hd, f = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
                       self.intermediate_size)
     attn = d * h * hd + 2 * d * k * hd + h * hd * d
@@ -166,16 +251,21 @@ class ModelConfig:
       attn += d
     if self.qk_norm:
       attn += 2 * hd
-    block = attn + 3 * d * f + 2 * d
-    total = self.num_layers * block + d + (d + 1 if self.value_head else 0)
+    experts = self.num_experts_per_tok if active else self.num_experts
+    moe_mlp = d * self.num_experts + experts * 3 * d * self.moe_intermediate_size
+    mlps = sum(moe_mlp if self.is_moe_layer(i) else 3 * d * f for i in range(self.num_layers))
+    total = self.num_layers * (attn + 2 * d) + mlps + d + (d + 1 if self.value_head else 0)
     if include_embedding:
       total += self.vocab_size * d * (1 if self.tie_embeddings else 2)
     return total
 
   def flops_per_token(self, context: int = 0) -> float:
-    """Forward matmul FLOPs per token: 2 x non-embedding params + the output projection,
-    plus 4 * layers * heads * head_dim * context for attention scores and values."""
-    dense = 2 * (self.num_params(include_embedding=False) + self.vocab_size * self.hidden_size)
+    """Forward matmul FLOPs per token: 2 x active non-embedding params (`num_params(active=True)`:
+    a MoE layer's router and the k experts a token uses) + the output projection, plus
+    4 * layers * heads * head_dim * context for attention scores and values (Kaplan et al. 2020's
+    2N per token). The dense dispatch's extra E - k experts are not counted (they are waste)."""
+    dense = 2 * (self.num_params(include_embedding=False, active=True)
+                 + self.vocab_size * self.hidden_size)
     attention = 4 * self.num_layers * self.num_heads * self.head_dim * context
     return float(dense + attention)
 

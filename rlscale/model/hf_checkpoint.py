@@ -1,12 +1,15 @@
 """Hugging Face checkpoints (config.json + safetensors) <-> ModelConfig and Flax params.
 
-Reads the Qwen3, Qwen2 and Llama causal-LM checkpoints written by transformers 4 (top-level
+Reads the Qwen3, Qwen2, Llama and Qwen3-MoE causal-LM checkpoints written by transformers 4 (top-level
 `rope_theta`, `rope_scaling`, `torch_dtype`) and transformers 5 (`rope_parameters: {rope_theta,
 rope_type, ...}`, `dtype`), from one `model.safetensors` or shards listed in
 `model.safetensors.index.json`. Tensor names map one to one onto the Flax parameter tree of
 `rlscale.model.transformer.Transformer` (`model.layers.0.self_attn.q_proj.weight` <->
 `layers_0/self_attn/q_proj/kernel`); torch Linear weights are [out, in] and Flax Dense kernels are
-[in, out], so 2-D projection weights are transposed. Writing produces a checkpoint that
+[in, out], so 2-D projection weights are transposed. Qwen3-MoE stores each expert separately
+(`model.layers.1.mlp.experts.3.gate_proj.weight` [I, hidden]); they are stacked into the expert
+kernels `layers_1/mlp/experts/gate_proj` [E, hidden, I] (expert 3 at index 3), and the router
+`mlp.gate.weight` [E, hidden] is `mlp/gate/kernel` [hidden, E]. Writing produces a checkpoint that
 `transformers.AutoModelForCausalLM.from_pretrained` loads.
 """
 
@@ -28,9 +31,15 @@ from rlscale.model.config import DTYPES, ModelConfig, RopeScaling
 
 PathLike = Union[str, os.PathLike]
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe")
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "qwen3_moe": "Qwen3MoeForCausalLM"}
+# transformers' Qwen3MoeConfig defaults, for fields a qwen3_moe config.json omits (transformers 5
+# writes num_experts as num_local_experts).
+QWEN3_MOE_DEFAULTS = dict(num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+                          norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],
+                          router_aux_loss_coef=0.001)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -42,8 +51,8 @@ DEFAULT_RMS_NORM_EPS = 1e-6
 def family_switches(model_type: str, attention_bias: bool) -> dict:
   """The ModelConfig switches a HF family implies.
 
-  Qwen2 always has q/k/v bias and no output bias; Qwen3 and Llama put `attention_bias` on all of
-  q/k/v/o; only Qwen3 has q/k RMSNorm.
+  Qwen2 always has q/k/v bias and no output bias; Qwen3, Qwen3-MoE and Llama put
+  `attention_bias` on all of q/k/v/o; only Qwen3 and Qwen3-MoE have q/k RMSNorm.
 
   Raises:
     ValueError: model_type not in SUPPORTED_MODEL_TYPES.
@@ -53,7 +62,22 @@ def family_switches(model_type: str, attention_bias: bool) -> dict:
                      f"{', '.join(SUPPORTED_MODEL_TYPES)}")
   if model_type == "qwen2":
     return dict(qkv_bias=True, o_proj_bias=False, qk_norm=False)
-  return dict(qkv_bias=attention_bias, o_proj_bias=attention_bias, qk_norm=model_type == "qwen3")
+  return dict(qkv_bias=attention_bias, o_proj_bias=attention_bias,
+              qk_norm=model_type in ("qwen3", "qwen3_moe"))
+
+
+def _moe_from_hf(raw: dict) -> dict:
+  """The ModelConfig MoE fields of a qwen3_moe config.json (QWEN3_MOE_DEFAULTS for omitted ones;
+  num_experts also read as num_local_experts)."""
+  fields = {}
+  for name, default in QWEN3_MOE_DEFAULTS.items():
+    value = raw.get(name)
+    if value is None and name == "num_experts":
+      value = raw.get("num_local_experts")
+    fields[name] = default if value is None else value
+  fields["mlp_only_layers"] = tuple(fields["mlp_only_layers"])
+  fields["router_aux_loss_coef"] = float(fields["router_aux_loss_coef"])
+  return fields
 
 
 def _read_json(path: pathlib.Path, what: str) -> dict:
@@ -105,7 +129,8 @@ def _rope_from_hf(raw: dict) -> tuple[float, Optional[RopeScaling]]:
 
 
 def config_from_hf_dict(raw: dict) -> ModelConfig:
-  """ModelConfig from the parsed config.json of a Qwen3, Qwen2 or Llama causal LM.
+  """ModelConfig from the parsed config.json of a Qwen3, Qwen2, Llama or Qwen3-MoE causal LM
+  (the MoE fields of qwen3_moe by their HF names, `_moe_from_hf`).
 
   `head_dim` defaults to hidden_size / num_attention_heads, `num_key_value_heads` to
   num_attention_heads, `tie_word_embeddings` to False (the default of all three families). The
@@ -152,6 +177,7 @@ def config_from_hf_dict(raw: dict) -> ModelConfig:
       dtype=dtype,
       model_type=model_type,
       **family_switches(model_type, bool(raw.get("attention_bias", False))),
+      **(_moe_from_hf(raw) if model_type == "qwen3_moe" else {}),
   )
 
 
@@ -170,8 +196,12 @@ def config_to_hf_dict(config: ModelConfig) -> dict:
 
   Raises:
     ValueError: config.model_type is unsupported, or its bias/norm switches are not those of its
-      family (e.g. qwen2 without q/k/v bias), so no HF class could load it.
+      family (e.g. qwen2 without q/k/v bias), or it has experts but is not qwen3_moe, so no HF
+      class could load it.
   """
+  if config.num_experts and config.model_type != "qwen3_moe":
+    raise ValueError(f"model.num_experts={config.num_experts} needs model.model_type 'qwen3_moe' "
+                     f"to be saved as a HF checkpoint, got {config.model_type!r}")
   switches = family_switches(config.model_type, config.qkv_bias)
   actual = {name: getattr(config, name) for name in switches}
   if actual != switches:
@@ -202,32 +232,48 @@ def config_to_hf_dict(config: ModelConfig) -> dict:
   )
   if config.model_type != "qwen2":
     raw["attention_bias"] = config.qkv_bias
+  if config.model_type == "qwen3_moe":
+    raw.update(num_experts=config.num_experts, num_experts_per_tok=config.num_experts_per_tok,
+               moe_intermediate_size=config.moe_intermediate_size,
+               norm_topk_prob=config.norm_topk_prob, decoder_sparse_step=config.decoder_sparse_step,
+               mlp_only_layers=list(config.mlp_only_layers),
+               router_aux_loss_coef=config.router_aux_loss_coef)
   return raw
 
 
-def tensor_map(config: ModelConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
-  """HF tensor name -> (Flax param path, transpose?) for every tensor of a HF checkpoint.
+TensorEntry = tuple[tuple[str, ...], bool, Optional[int]]
+
+
+def tensor_map(config: ModelConfig) -> dict[str, TensorEntry]:
+  """HF tensor name -> (Flax param path, transpose?, expert index or None) for every tensor of a
+  HF checkpoint; an expert index e means the tensor is slice [e] of the stacked [E, ...] param.
 
   The value head (not part of HF causal LMs) is not listed."""
-  names: dict[str, tuple[tuple[str, ...], bool]] = {
-      "model.embed_tokens.weight": (("embed_tokens", "embedding"), False),
-      "model.norm.weight": (("norm", "weight"), False),
+  names: dict[str, TensorEntry] = {
+      "model.embed_tokens.weight": (("embed_tokens", "embedding"), False, None),
+      "model.norm.weight": (("norm", "weight"), False, None),
   }
   if not config.tie_embeddings:
-    names["lm_head.weight"] = (("lm_head", "kernel"), True)
+    names["lm_head.weight"] = (("lm_head", "kernel"), True, None)
   projections = [("self_attn", p, config.qkv_bias) for p in ("q_proj", "k_proj", "v_proj")]
   projections += [("self_attn", "o_proj", config.o_proj_bias)]
-  projections += [("mlp", p, False) for p in ("gate_proj", "up_proj", "down_proj")]
+  mlp = [("mlp", p, False) for p in ("gate_proj", "up_proj", "down_proj")]
   norms = ["input_layernorm", "post_attention_layernorm"]
   norms += ["self_attn.q_norm", "self_attn.k_norm"] if config.qk_norm else []
   for i in range(config.num_layers):
     layer, prefix = f"layers_{i}", f"model.layers.{i}"
-    for block, proj, bias in projections:
-      names[f"{prefix}.{block}.{proj}.weight"] = ((layer, block, proj, "kernel"), True)
+    for block, proj, bias in projections + ([] if config.is_moe_layer(i) else mlp):
+      names[f"{prefix}.{block}.{proj}.weight"] = ((layer, block, proj, "kernel"), True, None)
       if bias:
-        names[f"{prefix}.{block}.{proj}.bias"] = ((layer, block, proj, "bias"), False)
+        names[f"{prefix}.{block}.{proj}.bias"] = ((layer, block, proj, "bias"), False, None)
+    if config.is_moe_layer(i):
+      names[f"{prefix}.mlp.gate.weight"] = ((layer, "mlp", "gate", "kernel"), True, None)
+      for e in range(config.num_experts):
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+          names[f"{prefix}.mlp.experts.{e}.{proj}.weight"] = ((layer, "mlp", "experts", proj),
+                                                               True, e)
     for norm in norms:
-      names[f"{prefix}.{norm}.weight"] = ((layer, *norm.split("."), "weight"), False)
+      names[f"{prefix}.{norm}.weight"] = ((layer, *norm.split("."), "weight"), False, None)
   return names
 
 
@@ -324,16 +370,26 @@ def load_hf_checkpoint(path: PathLike, *, dtype: Optional[str] = None,
       if absent:  # only an index can point at the wrong file
         raise ValueError(f"tensor {absent[0]!r} is not in {file}, the shard {INDEX_FILE} names for it")
       for name in file_names:
-        param_path, transpose = names[name]
+        param_path, transpose, expert = names[name]
         expected = tuple(_get(shapes, param_path).shape)
-        expected_hf = expected[::-1] if transpose else expected
+        one = expected if expert is None else expected[1:]
+        expected_hf = one[::-1] if transpose else one
         found = tuple(f.get_slice(name).get_shape())
         if found != expected_hf:
           raise ValueError(f"tensor {name!r} in {file} has shape {found}, expected {expected_hf} "
                            f"from config.json")
         array = f.get_tensor(name)
-        array = array.T if transpose else array
-        _set(params, param_path, np.ascontiguousarray(array.astype(storage)))
+        array = (array.T if transpose else array).astype(storage)
+        if expert is None:
+          _set(params, param_path, np.ascontiguousarray(array))
+          continue
+        # Expert e's [out, in] weight is slice [e] of the stacked [E, in, out] kernel.
+        try:
+          stacked = _get(params, param_path)
+        except KeyError:
+          stacked = np.zeros(expected, storage)
+          _set(params, param_path, stacked)
+        stacked[expert] = array
   if value_head:
     head = shapes["value_head"]
     params["value_head"] = {k: np.zeros(v.shape, v.dtype) for k, v in head.items()}
@@ -355,14 +411,18 @@ def save_hf_checkpoint(path: PathLike, config: ModelConfig, params: dict) -> Non
   shapes = _param_shapes(config)
   storage = np.dtype(config.jnp_param_dtype)
   tensors = {}
-  for name, (param_path, transpose) in tensor_map(config).items():
-    try:
-      value = np.asarray(jax.device_get(_get(params, param_path)))
-    except (KeyError, TypeError):
-      raise ValueError(f"params lack {'/'.join(param_path)} (for tensor {name!r})") from None
-    expected = tuple(_get(shapes, param_path).shape)
-    if value.shape != expected:
-      raise ValueError(f"param {'/'.join(param_path)} has shape {value.shape}, expected {expected}")
+  gathered: dict = {}
+  for name, (param_path, transpose, expert) in tensor_map(config).items():
+    if param_path not in gathered:
+      try:
+        value = np.asarray(jax.device_get(_get(params, param_path)))
+      except (KeyError, TypeError):
+        raise ValueError(f"params lack {'/'.join(param_path)} (for tensor {name!r})") from None
+      expected = tuple(_get(shapes, param_path).shape)
+      if value.shape != expected:
+        raise ValueError(f"param {'/'.join(param_path)} has shape {value.shape}, expected {expected}")
+      gathered[param_path] = value
+    value = gathered[param_path] if expert is None else gathered[param_path][expert]
     value = value.T if transpose else value
     tensors[name] = np.ascontiguousarray(value.astype(storage))
   directory = pathlib.Path(path)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlscale.model.config import ModelConfig, RopeScaling, resolve_impl
+from rlscale.model.moe import MoEMLP, MoEStats
 
 
 # Logical axis names of every parameter, by a regex over its path ("layers_0/self_attn/q_proj/
@@ -37,6 +38,11 @@ PARAM_LOGICAL_AXES: tuple[tuple[str, tuple], ...] = (
     (r"self_attn/[qk]_norm/weight", ("head_dim",)),
     (r"mlp/(gate|up)_proj/kernel", ("embed", "mlp")),
     (r"mlp/down_proj/kernel", ("mlp", "embed")),
+    # Mixture of experts (rlscale.model.moe): the router, and expert kernels [E, ...] whose
+    # leading dimension the `expert` mesh axis shards (expert parallelism).
+    (r"mlp/gate/kernel", ("embed", None)),
+    (r"mlp/experts/(gate|up)_proj", ("expert", "embed", "moe_mlp")),
+    (r"mlp/experts/down_proj", ("expert", "moe_mlp", "embed")),
     (r"(input_layernorm|post_attention_layernorm|norm)/weight", ("norm",)),
     (r"value_head/kernel", ("embed", None)),
     (r"value_head/bias", (None,)),
@@ -76,11 +82,13 @@ class KVCache(NamedTuple):
 class ModelOutput(NamedTuple):
   """logits [B, T, V] float32 (None when the output head is skipped); values [B, T] float32 or
   None; cache (KVCache or None); hidden [B, T, hidden_size] in the compute dtype, the final-norm
-  states the output head reads, when the head is skipped (else None)."""
+  states the output head reads, when the head is skipped (else None); moe: the routing
+  statistics of the MoE layers (`moe.MoEStats`, stacked over them; None for a dense model)."""
   logits: Optional[jax.Array]
   values: Optional[jax.Array]
   cache: Optional[KVCache]
   hidden: Optional[jax.Array] = None
+  moe: Optional[MoEStats] = None
 
 
 def init_cache(config: ModelConfig, batch: int, length: int) -> KVCache:
@@ -285,25 +293,34 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+  """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)); the mlp is a mixture of experts
+  (`moe.MoEMLP`) when `config.is_moe_layer(layer)`, else a SwiGLU MLP."""
   config: ModelConfig
+  layer: int = 0
 
   @nn.compact
   def __call__(self, x, rope: RopeTables, mask, layer_cache=None, cache_index=None,
-               last_only=False, queries: Optional[tuple[int, int]] = None):
+               last_only=False, queries: Optional[tuple[int, int]] = None, token_mask=None):
     """Returns (x [B, T, H], or [B, 1, H] for the last position only if last_only, or
-    [B, stop - start, H] for positions [start, stop) only if queries; new cache)."""
+    [B, stop - start, H] for positions [start, stop) only if queries; new cache; the MoE
+    layer's routing stats (see `moe.MoEMLP`, over the same positions, counting the tokens of
+    token_mask [B, T] {0,1}, all when None) or None for a dense layer)."""
     c = self.config
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="input_layernorm")(x)
     h, new_cache = Attention(c, name="self_attn")(h, rope, mask, layer_cache, cache_index,
                                                   last_only, queries)
     if last_only:
       x = x[:, -1:]
+      token_mask = None if token_mask is None else token_mask[:, -1:]
     elif queries is not None:
       x = x[:, queries[0]:queries[1]]
+      token_mask = None if token_mask is None else token_mask[:, queries[0]:queries[1]]
     x = x + h
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="post_attention_layernorm")(x)
-    return x + MLP(c, name="mlp")(h), new_cache
+    if c.is_moe_layer(self.layer):
+      h, stats = MoEMLP(c, name="mlp")(h, token_mask)
+      return x + h, new_cache, stats
+    return x + MLP(c, name="mlp")(h), new_cache, None
 
 
 class Transformer(nn.Module):
@@ -322,6 +339,8 @@ class Transformer(nn.Module):
   positions that predict response tokens).
   With head=False (static) the output head is skipped: logits None and `hidden` holds the
   final-norm states (score them with `output_logits`, e.g. in chunks).
+  token_mask [B, T] {0,1} (or None: all) marks the tokens the MoE routing statistics count
+  (`ModelOutput.moe`, stacked over the MoE layers; None for a dense model); it changes no output.
 
   With config.remat and no cache, each decoder layer is rematerialised (`rematerialised_layer`,
   gradient checkpointing as in HF/TRL/verl): only its input is kept for the backward pass and its
@@ -332,32 +351,38 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None,
                last_only: bool = False, head: bool = True,
-               outputs: Optional[tuple[int, int]] = None):
+               outputs: Optional[tuple[int, int]] = None, token_mask=None):
     c = self.config
     if outputs is not None and (cache is not None or last_only):
       raise ValueError("outputs=(start, stop) is for a forward without cache and last_only")
     embed = embedding_module(c, name="embed_tokens")
     x = constrain_activations(embed(tokens))
     rope = rope_tables(positions, rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling))
-    new_k, new_v = [], []
+    new_k, new_v, moe_stats = [], [], []
     remat = c.remat and cache is None and not last_only and not self.is_initializing()
     for i in range(c.num_layers):
       queries = outputs if i == c.num_layers - 1 else None
       if remat:
         layer = (rematerialised_layer if resolve_impl(c.remat_impl, "custom_vjp", "checkpoint")
                  == "custom_vjp" else checkpointed_layer)
-        x = layer(c, queries)(self.variables["params"][f"layers_{i}"], x, rope, mask)
+        x, stats = layer(c, queries, i)(
+            self.variables["params"][f"layers_{i}"], x, rope, mask, token_mask)
         x = constrain_activations(x)
+        if stats is not None:
+          moe_stats.append(stats)
         continue
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])
       # With last_only, the last layer computes its output for the last position only; every layer
       # still writes all positions' keys and values to the cache.
-      x, layer_new = DecoderLayer(c, name=f"layers_{i}")(
-          x, rope, mask, layer_cache, cache_index, last_only and i == c.num_layers - 1, queries)
+      x, layer_new, stats = DecoderLayer(c, layer=i, name=f"layers_{i}")(
+          x, rope, mask, layer_cache, cache_index, last_only and i == c.num_layers - 1, queries,
+          token_mask)
       x = constrain_activations(x)
       if layer_new is not None:
         new_k.append(layer_new[0])
         new_v.append(layer_new[1])
+      if stats is not None:
+        moe_stats.append(stats)
     x = constrain_activations(RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="norm")(x))
     logits, hidden = None, None
     if not head:
@@ -371,13 +396,25 @@ class Transformer(nn.Module):
       values = nn.Dense(1, dtype=jnp.float32, param_dtype=jnp.float32,
                         kernel_init=nn.initializers.zeros, name="value_head")(x.astype(jnp.float32))[..., 0]
     out_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v))
-    return ModelOutput(logits, values, out_cache, hidden)
+    moe = None
+    if moe_stats:
+      # With outputs / last_only the last layer routes only its computed positions, the last
+      # columns of the others' (causal: the trailing columns were cut): every layer's choices
+      # are kept for those positions so they stack.
+      widths = {s[3].shape[1] for s in moe_stats}
+      experts = (jnp.stack([s[3] for s in moe_stats]) if len(widths) == 1
+                 else jnp.stack([s[3][:, -min(widths):] for s in moe_stats]))
+      moe = MoEStats(jnp.stack([s[0] for s in moe_stats]), jnp.stack([s[1] for s in moe_stats]),
+                     jnp.stack([s[2] for s in moe_stats]), experts)
+    return ModelOutput(logits, values, out_cache, hidden, moe)
 
 
-def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None):
-  """fn(layer_params, x, rope, mask) -> x: one `DecoderLayer` (no cache; outputs for positions
-  [start, stop) only when queries, see `DecoderLayer`) whose backward pass recomputes the layer
-  from its input instead of keeping its activations (gradient checkpointing, as `jax.checkpoint`).
+def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None,
+                         layer: int = 0):
+  """fn(layer_params, x, rope, mask, token_mask) -> (x, moe stats or None): decoder layer
+  `layer` (no cache; outputs for positions [start, stop) only when queries, see `DecoderLayer`)
+  whose backward pass recomputes the layer from its input instead of keeping its activations
+  (gradient checkpointing, as `jax.checkpoint`).
 
   Written as a custom VJP whose backward adds 0 * (one element of the incoming cotangent) to the
   saved input before recomputing: that data dependency keeps the recomputation after the
@@ -387,39 +424,47 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
   extra add is one elementwise pass over x per layer; the numbers are those of the plain layer.
   """
 
-  def apply(params, x, rope, mask):
-    return DecoderLayer(config).apply({"params": params}, x, rope, mask, queries=queries)[0]
+  def apply(params, x, rope, mask, token_mask):
+    out, _, stats = DecoderLayer(config, layer=layer).apply(
+        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask)
+    return out, stats
 
   @jax.custom_vjp
-  def layer(params, x, rope, mask):
-    return apply(params, x, rope, mask)
+  def layer_fn(params, x, rope, mask, token_mask):
+    return apply(params, x, rope, mask, token_mask)
 
-  def layer_fwd(params, x, rope, mask):
-    return apply(params, x, rope, mask), (params, x, rope, mask)
+  def layer_fwd(params, x, rope, mask, token_mask):
+    return apply(params, x, rope, mask, token_mask), (params, x, rope, mask, token_mask)
 
-  def layer_bwd(saved, cotangent):
-    params, x, rope, mask = saved
+  def layer_bwd(saved, cotangents):
+    params, x, rope, mask, token_mask = saved
+    # The MoE stats' cotangent (the aux loss reaches the router through expert_prob) goes into
+    # the recomputation's vjp with the output's; the integer experts have float0 cotangents.
+    cotangent = cotangents[0]
     tie = jnp.zeros((), x.dtype) * cotangent.reshape(-1)[0].astype(x.dtype)
     # The parameters get the same tie: under FSDP each layer's weights are all-gathered for the
     # forward, and without it CSE merges the backward's gather with the forward's, so every
     # layer's gathered weights stay alive until its backward (measured on Qwen3-8B, {fsdp: 8}:
     # 2.0 instead of 0.77 GiB of temporaries per layer).
     tied_params = jax.tree.map(lambda p: p + tie.astype(p.dtype), params)
-    _, vjp = jax.vjp(lambda p, h, r: apply(p, h, r, mask), tied_params, x + tie, rope)
-    return (*vjp(cotangent), None)
+    _, vjp = jax.vjp(lambda p, h, r: apply(p, h, r, mask, token_mask), tied_params, x + tie, rope)
+    return (*vjp(cotangents), None, None)
 
-  layer.defvjp(layer_fwd, layer_bwd)
-  return layer
+  layer_fn.defvjp(layer_fwd, layer_bwd)
+  return layer_fn
 
 
-def checkpointed_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None):
-  """fn(layer_params, x, rope, mask) -> x: one `DecoderLayer` under `jax.checkpoint` with the
-  nothing_saveable policy (the layer's input is kept, everything else recomputed in the
-  backward): the standard remat of GPU/TPU stacks (`model.remat_impl` "checkpoint"), the same
-  numbers as `rematerialised_layer`."""
+def checkpointed_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None,
+                       layer: int = 0):
+  """fn(layer_params, x, rope, mask, token_mask) -> (x, moe stats or None): decoder layer
+  `layer` under `jax.checkpoint` with the nothing_saveable policy (the layer's input is kept,
+  everything else recomputed in the backward): the standard remat of GPU/TPU stacks
+  (`model.remat_impl` "checkpoint"), the same numbers as `rematerialised_layer`."""
 
-  def apply(params, x, rope, mask):
-    return DecoderLayer(config).apply({"params": params}, x, rope, mask, queries=queries)[0]
+  def apply(params, x, rope, mask, token_mask):
+    out, _, stats = DecoderLayer(config, layer=layer).apply(
+        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask)
+    return out, stats
 
   return jax.checkpoint(apply, policy=jax.checkpoint_policies.nothing_saveable)
 
@@ -496,7 +541,8 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
     # No position before `stop` attends to a later one: those columns are left out.
     tokens, input_mask = tokens[:, :outputs[1]], input_mask[:, :outputs[1]]
   return Transformer(config).apply({"params": params}, tokens, positions_from_mask(input_mask),
-                                   causal_attention_mask(input_mask), head=head, outputs=outputs)
+                                   causal_attention_mask(input_mask), head=head, outputs=outputs,
+                                   token_mask=input_mask if config.moe_layers else None)
 
 
 def tempered_log_softmax(logits: jax.Array, temperature: float = 1.0) -> jax.Array:

@@ -12,12 +12,12 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from rlscale.parallel.mesh import BATCH_AXES, batch_parallelism
+from rlscale.parallel.mesh import batch_axes, batch_parallelism
 
 
 def batch_sharding(mesh, ndim: int) -> NamedSharding:
-  """Rows (dimension 0) over BATCH_AXES, the other `ndim` - 1 dimensions replicated."""
-  return NamedSharding(mesh, PartitionSpec(BATCH_AXES, *([None] * (ndim - 1))))
+  """Rows (dimension 0) over `mesh.batch_axes(mesh)`, the other `ndim` - 1 dimensions replicated."""
+  return NamedSharding(mesh, PartitionSpec(batch_axes(mesh), *([None] * (ndim - 1))))
 
 
 def global_batch(rows: Mapping[str, Any], mesh) -> dict[str, jax.Array]:

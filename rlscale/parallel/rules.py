@@ -46,6 +46,21 @@ DEFAULT_RULES: tuple[tuple[str, MeshAxes], ...] = (
 )
 
 
+# With an `expert` mesh axis (`mesh.EXPERT_AXIS`): the expert kernels' leading [E] dimension
+# over it, an expert's SwiGLU width (moe_mlp) over tensor as the dense MLP's, and the batch and
+# activation rows over it as well (expert parallelism shards the tokens of the attention and
+# dense layers like data parallelism; XLA moves the tokens to their experts' devices).
+EXPERT_RULES: tuple[tuple[str, MeshAxes], ...] = tuple(
+    (name, ("data", "fsdp", "expert")) if name in ("batch", "activation_batch") else (name, axes)
+    for name, axes in DEFAULT_RULES) + (("expert", "expert"), ("moe_mlp", "tensor"))
+
+
+def rules_for_mesh(mesh) -> tuple[tuple[str, MeshAxes], ...]:
+  """EXPERT_RULES for a mesh with an `expert` axis, else DEFAULT_RULES (whose meshes lack it;
+  the expert kernels' names then have no rule and FSDP shards their embed dimension)."""
+  return EXPERT_RULES if "expert" in mesh.shape else DEFAULT_RULES
+
+
 def path_string(path) -> str:
   """A `jax.tree_util` key path as "a/b/0/c" (dict keys, attribute names, sequence indices)."""
   parts = []

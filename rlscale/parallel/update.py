@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from rlscale.model.config import ModelConfig
 from rlscale.parallel.data import batch_sharding, global_batch
 from rlscale.parallel.mesh import batch_parallelism
-from rlscale.parallel.rules import DEFAULT_RULES
+from rlscale.parallel.rules import rules_for_mesh
 from rlscale.parallel.shardings import state_shardings as derive_state_shardings
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.train import update as update_lib
@@ -50,7 +50,7 @@ def sharded_update_step(state: TrainState, batch, rng: jax.Array, **step_kwargs)
 
 def make_sharded_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientTransformation,
                            mesh, *, critic_optimizer: Optional[optax.GradientTransformation] = None,
-                           state_shardings=None, rules=DEFAULT_RULES,
+                           state_shardings=None, rules=None,
                            cpu_compiler_options=CPU_UPDATE_OPTIONS,
                            measure_noise_scale: bool = False) -> Callable:
   """`sharded_update_step` under `jax.jit` over `mesh`, in and out shardings from the mesh, the
@@ -62,7 +62,8 @@ def make_sharded_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.G
     mesh: a `mesh.make_mesh` Mesh. state_shardings: NamedShardings of the TrainState (default:
       `shardings.state_shardings`, which refuses an FSDP mesh that shards too little).
     rules: logical axis rules (`rules.DEFAULT_RULES` format) of the state (when derived here)
-      and of the model's activation constraints (`transformer.constrain_activations`).
+      and of the model's activation constraints (`transformer.constrain_activations`); None:
+      `rules.rules_for_mesh(mesh)` (EXPERT_RULES when the mesh has an expert axis).
     cpu_compiler_options: XLA options of the step's executable on CPU (see compile_options).
   Returns: fn(state, batch, rng) -> (state, metrics): state placed by `fn.state_shardings`
     (`shardings.put_on_mesh`), batch global arrays (`data.global_batch`) or this process's host
@@ -74,6 +75,7 @@ def make_sharded_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.G
   """
   rl = resolve_rl_config(rl_cfg)
   validate_rl_config(rl, num_devices=batch_parallelism(mesh))
+  rules = rules_for_mesh(mesh) if rules is None else rules
   if update_lib.uses_critic(rl) and critic_optimizer is None:
     critic_optimizer = optimizer
   if state_shardings is None:

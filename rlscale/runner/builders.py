@@ -16,6 +16,7 @@ import numpy as np
 
 from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
+from rlscale.model.config import MOE_FIELDS
 from rlscale.parallel import forward as parallel_forward
 from rlscale.parallel import mesh as mesh_lib
 from rlscale.parallel import update as parallel_update
@@ -40,6 +41,28 @@ SFT_DIR = "sft"  # the warm-start cache inside a workdir when sft.cache_dir is u
 DEFAULT_EVAL_SIZE = 256  # held-out prompts when task.eval_size and task.default_eval_size are None
 MODEL_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                 "head_dim", "param_dtype", "dtype")
+# The built-in model's mixture-of-experts fields (`ModelConfig`'s HF names), read when the model
+# section has them (experiments/configs/moe.py); absent, the model is dense.
+MOE_MODEL_FIELDS = MOE_FIELDS
+
+
+def model_has_experts(config) -> bool:
+  """Whether the configured policy has MoE layers: model.num_experts > 0 for the built-in model,
+  the checkpoint's config.json for model.source "hf" (read, not the weights)."""
+  if config.model.source == "hf":
+    from rlscale.model.hf_checkpoint import load_hf_config  # pylint: disable=g-import-not-at-top
+    return load_hf_config(config.model.checkpoint_path).moe_fields_in_use
+  return bool(config.model.get("num_experts") or 0)
+
+
+def default_old_logp(config, rl):
+  """rl with old_logp "recompute" when config.rl.old_logp is unset and the policy has experts:
+  the sampler's KV-cached decode and the trainer's full forward may route a token to different
+  experts (a tie broken by rounding), and the ratio's denominator should be the trainer's
+  (as verl and other RL systems do for MoE). An explicit rl.old_logp is kept."""
+  if config.rl.get("old_logp") is None and model_has_experts(config):
+    rl.old_logp = "recompute"
+  return rl
 
 
 @dataclasses.dataclass
@@ -268,6 +291,8 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
     from rlscale.model.hf_checkpoint import load_hf_checkpoint  # pylint: disable=g-import-not-at-top
     path = config.model.checkpoint_path
     model_config, params = load_hf_checkpoint(path)
+    if config.model.get("moe_dispatch") is not None:
+      model_config = model_config.replace(moe_dispatch=config.model.moe_dispatch)
     export_dtype = model_config.param_dtype
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     log(f"model: loaded {model_config.model_type} checkpoint from {path} ({export_dtype} "
@@ -275,6 +300,9 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
     return (model_config.replace(param_dtype="float32", dtype=config.model.dtype, remat=remat,
                                  **kernel_switches(config)), params, export_dtype)
   fields = {name: config.model[name] for name in MODEL_FIELDS}
+  fields.update({name: config.model[name] for name in MOE_MODEL_FIELDS if name in config.model})
+  if fields.get("num_experts"):
+    fields["model_type"] = "qwen3_moe"  # exported as a HF Qwen3-MoE checkpoint
   export_dtype = fields.pop("param_dtype")
   model_config = ModelConfig(vocab_size=tokenizer.vocab_size, param_dtype="float32", remat=remat,
                              **fields, **kernel_switches(config))
@@ -299,9 +327,11 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   buckets = prompt_buckets(config.rollout.max_prompt_tokens)
   cache_dir = config.sft.cache_dir or os.path.join(workdir, SFT_DIR)
   # remat and its implementation change memory, not the numbers, and "auto" kernels are the
-  # ones caches were made with before the switches existed: left out so those caches stay valid.
+  # ones caches were made with before the switches existed; the MoE fields of a dense model
+  # change nothing there: all left out so caches made before these fields existed stay valid.
   model_fields = {k: v for k, v in dataclasses.asdict(model_config).items()
-                  if k not in ("remat", "remat_impl") and not (k == "attention_impl" and v == "auto")}
+                  if k not in ("remat", "remat_impl") and not (k == "attention_impl" and v == "auto")
+                  and not (k in MOE_FIELDS and not model_config.num_experts)}
   sft_seed = sft.effective_sft_seed(config)
   key = sft.warm_start_key({"model": model_fields, "task": config.task.to_dict(),
                             "sft": sft.warm_start_sft_fields(config.sft.to_dict()),
@@ -414,6 +444,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
                      mesh_lib.batch_parallelism(mesh))
   hosts_lib.check_rl_config(rl, hosts_lib.current())
   check_model_source(config)
+  rl = default_old_logp(config, rl)
   model_remat(config)
   check_train_config(config)
   batch_size = rl.prompts_per_step * rl.group_size

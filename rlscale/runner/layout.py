@@ -135,10 +135,14 @@ def _host_copy(tree):
 
 
 def uses_mesh(mesh_cfg) -> bool:
-  """Whether the `mesh` config section asks for more than data parallelism: mesh.fsdp or
-  mesh.tensor not 1 (-1, the rest of the devices, counts). False for None (a config without the
-  section). The sizes themselves are checked by `mesh.make_mesh`."""
-  return mesh_cfg is not None and any(mesh_cfg[axis] != 1 for axis in ("fsdp", "tensor"))
+  """Whether the `mesh` config section asks for more than data parallelism: mesh.fsdp,
+  mesh.tensor or (where the section has it) mesh.expert not 1 (-1, the rest of the devices,
+  counts). False for None (a config without the section). The sizes themselves are checked by
+  `mesh.make_mesh`."""
+  if mesh_cfg is None:
+    return False
+  axes = ("fsdp", "tensor") + (("expert",) if "expert" in mesh_cfg else ())
+  return any(mesh_cfg[axis] != 1 for axis in axes)
 
 
 def layout_of(run):

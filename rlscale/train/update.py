@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rlscale.model import moe
 from rlscale.model.config import ModelConfig
 from rlscale.model.transformer import forward
 from rlscale.rl import aggregation
@@ -178,8 +179,14 @@ def check_batch(batch, rl_cfg, num_devices: Optional[int] = None) -> None:
     raise ValueError(f"response width Tr = {tr} must be below the sequence width T = {t}")
 
 
-def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -> tuple[Any, dict]:
-  """Loss of one microbatch as its share of the global minibatch loss, and its metric sums."""
+def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss,
+                     aux_parts: int = 1) -> tuple[Any, dict]:
+  """Loss of one microbatch as its share of the global minibatch loss, and its metric sums.
+
+  A model with experts adds router_aux_loss_coef * the load-balancing loss of this microbatch's
+  forward (`moe.load_balancing_loss`, over its real tokens) / aux_parts, aux_parts being the
+  minibatch's microbatches x devices: summed over them, the mean aux loss of the parts (HF adds
+  its batch's aux loss to the LM loss with the same coefficient)."""
   params, critic_params = trainables
   tokens, mask = mb["tokens"], mb["response_mask"]
   tr = mask.shape[-1]
@@ -187,8 +194,8 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -
   # and values, and the last token (it predicts nothing) not at all (`forward(outputs=...)`):
   # the same numbers, less compute.
   window = response_positions(tokens.shape[1], tr)
-  hidden = forward(params, model_config, tokens, mb["input_mask"], head=False,
-                   outputs=window).hidden
+  out = forward(params, model_config, tokens, mb["input_mask"], head=False, outputs=window)
+  hidden = out.hidden
   logp, entropy = response_states_logp(params, model_config, hidden, tokens[:, -tr:],
                                        rl.temperature)
   advantages = mb["advantages"]
@@ -219,9 +226,16 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss) -
   real = weights > 0
   share = {k: jnp.sum(jnp.where(real, v * weights, 0.0)) for k, v in terms.items()}
   loss = sum(coefs[k] * share[k] for k in share)
+  moe_stats = {}
+  if out.moe is not None:
+    aux_loss = moe.load_balancing_loss(out.moe, model_config.num_experts) / aux_parts
+    loss = loss + model_config.router_aux_loss_coef * aux_loss
+    # "moe/expert_tokens" [L_moe, E] is reduced to moe/expert_load_max by `_reduce_stats`.
+    moe_stats = {"moe/aux_loss": jax.lax.stop_gradient(aux_loss),
+                 "moe/expert_tokens": out.moe.expert_tokens}
   ratio = jax.lax.stop_gradient(importance_ratio(logp, mb["old_logp"]))
   big = jnp.finfo(jnp.float32).max
-  stats = {"loss": jax.lax.stop_gradient(loss),
+  stats = {"loss": jax.lax.stop_gradient(loss), **moe_stats,
            **{k: jax.lax.stop_gradient(v) for k, v in share.items()},
            **{f"{k}_sum": masked_sum(jax.lax.stop_gradient(v), mask) for k, v in token_stats.items()},
            "ratio_sum": masked_sum(ratio, mask),
@@ -254,7 +268,8 @@ def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, cri
   mode = rl.loss_agg_mode
   trainables = (state.params, state.critic_params)
   grad_fn = jax.grad(functools.partial(_microbatch_loss, model_config=model_config, rl=rl,
-                                       policy_loss=policy_loss), has_aux=True)
+                                       policy_loss=policy_loss,
+                                       aux_parts=microbatches * num_devices), has_aux=True)
 
   # Gradient noise scale inputs (McCandlish et al. 2018): |g|^2 of small batches' own mean losses
   # and of the minibatch (the big batch). Several devices: each device's part is a small batch;
@@ -305,10 +320,13 @@ def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, cri
 
 def _reduce_stats(stats: dict, counts: dict) -> dict:
   """Microbatch stats [U] -> global metrics: loss shares summed, token sums over token counts,
-  ratio extremes by pmin / pmax."""
+  ratio extremes by pmin / pmax, the MoE layers' assignments per expert ([U, L_moe, E]) summed
+  into moe/expert_load_max (`moe.expert_load_max`)."""
   out = {}
   for key, value in stats.items():
-    if key == "ratio_min":
+    if key == "moe/expert_tokens":
+      out["moe/expert_load_max"] = moe.expert_load_max(jax.lax.psum(jnp.sum(value, 0), AXIS_NAME))
+    elif key == "ratio_min":
       out[key] = jax.lax.pmin(jnp.min(value), AXIS_NAME)
     elif key == "ratio_max":
       out[key] = jax.lax.pmax(jnp.max(value), AXIS_NAME)
@@ -347,7 +365,10 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     approx_kl_old (k3 to the behaviour policy), sampler_trainer_k3 (with rl.old_logp "sampler":
     approx_kl_old of the first optimizer update, before any parameter change, i.e. the mean k3
     between the trainer's and the sampler's log-probs), clip_fraction, dual_clip_fraction (dual-clip),
-    value_clip_fraction, value_mean (PPO), ratio_mean; ratio_min, ratio_max; grad_norm (before
+    value_clip_fraction, value_mean (PPO), ratio_mean; for a model with experts moe/aux_loss
+    (the load-balancing loss, before its coefficient; the loss includes coef x it) and
+    moe/expert_load_max (E x the largest expert's share of a layer's assignments, 1 = balanced);
+    ratio_min, ratio_max; grad_norm (before
     clipping), update_norm, learning_rate, critic_grad_norm (PPO); the gradient noise scale
     inputs (McCandlish et al. 2018; B_simple = tr(Sigma) / |G|^2 from them, see design.md):
     gns_grad_sq_small, |g_small|^2 averaged over the small batches, each gradient of its own mean

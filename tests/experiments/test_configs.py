@@ -72,6 +72,20 @@ def test_smoke_variant_runs(path, hf_files, tmp_path, capsys):
   assert len(modes) == 1 and modes.pop() & stat.S_IRGRP, os.stat(policy / "model.safetensors")
   if config.model.source == "hf":
     _check_hf_export(policy, hf_files[0])
+  if config.model.get("num_experts"):
+    _check_moe_run(workdir, policy)
+
+
+def _check_moe_run(workdir, policy):
+  """A MoE run logs its routing metrics, trains on recomputed old log-probs and exports a
+  checkpoint transformers loads as Qwen3-MoE."""
+  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  trained = [r for r in records if "train/moe/aux_loss" in r]
+  assert trained and all(r["train/moe/expert_load_max"] >= 1.0 for r in trained)
+  assert all(0.0 < r["train/moe/aux_loss"] < 8.0 for r in trained)  # E * sum f P < E
+  transformers = pytest.importorskip("transformers")
+  model = transformers.AutoModelForCausalLM.from_pretrained(str(policy))
+  assert type(model).__name__ == "Qwen3MoeForCausalLM"
 
 
 def _check_hf_export(policy, checkpoint):
