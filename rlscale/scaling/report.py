@@ -818,7 +818,9 @@ def _paired_rule_comparison(groups: list[dict], runs: list[dict], a: str, b: str
   paired, _ = _paired(na, nb)
   if paired is None:
     return None
-  censored = any(rows[n]["censored"] for n in ga["runs"] + gb["runs"])
+  # Censoring counts on the paired seed keys only: a run the other rule has no twin of (e.g. a
+  # robustness warm start run under one rule) is not in the ratio.
+  censored = any(rows[names[k]]["censored"] for names in (names_a, names_b) for k in paired.seeds)
   return paired, decision_lib.verdict(paired.ci, censored=censored), censored
 
 
