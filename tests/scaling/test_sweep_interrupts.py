@@ -76,8 +76,12 @@ def test_run_process_dies_with_its_parent(tmp_path):
     assert _wait_for((tmp_path / "orphan.started").exists, hang_timeout(10))
     parent.kill()
     parent.wait()
-    assert _wait_for((tmp_path / "orphan.signal").exists, hang_timeout(2))
-    assert (tmp_path / "orphan.signal").read_text() == str(int(signal.SIGTERM))
+    signal_file = tmp_path / "orphan.signal"
+    # Wait for the content, not the file: the stand-in creates it, then writes (a loaded machine
+    # can read it in between).
+    assert _wait_for(lambda: signal_file.exists() and signal_file.read_text() != "",
+                     hang_timeout(2))
+    assert signal_file.read_text() == str(int(signal.SIGTERM))
   finally:
     parent.kill()
     if (tmp_path / "orphan.started").exists():
