@@ -26,7 +26,8 @@ from rlscale.parallel.mesh import batch_parallelism
 from rlscale.parallel.rules import DEFAULT_RULES
 from rlscale.parallel.shardings import tree_shardings
 from rlscale.sampler.sampler import (Rollout, _check_generate_args, _generate, _id_tuple,
-                                     _positive_int, check_prompts, check_special_ids, pad_to_bucket)
+                                     _positive_int, check_special_ids, checked_batch,
+                                     pad_to_bucket)
 from rlscale.sampler.strategies import SamplingConfig
 
 
@@ -130,16 +131,11 @@ class MeshSampler:
       raise ValueError("params_replicated=True is the pmap layout; on a mesh pass the params as "
                        "global arrays (the train state's)")
     sampling = self.sampling if sampling is None else sampling
-    prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
-    if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
-      raise ValueError(f"prompt_tokens and prompt_mask must both be [P, Tp], got shapes "
-                       f"{prompt_tokens.shape} and {prompt_mask.shape}")
-    check_prompts(prompt_tokens, prompt_mask, self.model_config.vocab_size)
-    group, parts = _positive_int(samples_per_prompt, "samples_per_prompt"), self.num_devices
+    parts = self.num_devices
+    prompt_tokens, prompt_mask, group = checked_batch(
+        prompt_tokens, prompt_mask, self.model_config.vocab_size, samples_per_prompt, parts,
+        f"mesh data x fsdp = {parts}")
     num_prompts = prompt_tokens.shape[0]
-    if num_prompts * group % parts:
-      raise ValueError(f"batch size B={num_prompts * group} (prompts x samples_per_prompt) must be "
-                       f"divisible by mesh data x fsdp = {parts}")
     tokens, mask = pad_to_bucket(prompt_tokens, prompt_mask, self.prompt_buckets, self.pad_id)
     _check_generate_args(tokens, mask, self.model_config, sampling, self.eos_ids, self.pad_id)
     fn = self._function(params, sampling, group, num_prompts % parts == 0)

@@ -352,6 +352,24 @@ def _id_tuple(eos_ids) -> tuple:
   return tuple(int(i) for i in ids)
 
 
+
+def checked_batch(prompt_tokens, prompt_mask, vocab_size: int, samples_per_prompt: int,
+                  parts: int, parts_name: str):
+  """(prompt_tokens, prompt_mask as numpy [P, Tp], G) after the checks every sampler makes.
+
+  Raises ValueError when the two are not both [P, Tp], `check_prompts` rejects the prompts,
+  samples_per_prompt < 1, or B = P * G does not split into `parts` (named by `parts_name`)."""
+  prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
+  if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
+    raise ValueError(f"prompt_tokens and prompt_mask must both be [P, Tp], got shapes "
+                     f"{prompt_tokens.shape} and {prompt_mask.shape}")
+  check_prompts(prompt_tokens, prompt_mask, vocab_size)
+  group = _positive_int(samples_per_prompt, "samples_per_prompt")
+  if prompt_tokens.shape[0] * group % parts:
+    raise ValueError(f"batch size B={prompt_tokens.shape[0] * group} (prompts x "
+                     f"samples_per_prompt) must be divisible by {parts_name}")
+  return prompt_tokens, prompt_mask, group
+
 class Sampler:
   """Bucketed, pmapped `generate` with the static choices bound once.
 
@@ -450,16 +468,11 @@ class Sampler:
         of size num_devices.
     """
     sampling = self.sampling if sampling is None else sampling
-    prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
-    if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
-      raise ValueError(f"prompt_tokens and prompt_mask must both be [P, Tp], got shapes "
-                       f"{prompt_tokens.shape} and {prompt_mask.shape}")
-    check_prompts(prompt_tokens, prompt_mask, self.model_config.vocab_size)
-    group, n = _positive_int(samples_per_prompt, "samples_per_prompt"), self.num_devices
+    n = self.num_devices
+    prompt_tokens, prompt_mask, group = checked_batch(
+        prompt_tokens, prompt_mask, self.model_config.vocab_size, samples_per_prompt, n,
+        f"the number of devices ({n})")
     num_prompts = prompt_tokens.shape[0]
-    if num_prompts * group % n:
-      raise ValueError(f"batch size B={num_prompts * group} (prompts x samples_per_prompt) must be "
-                       f"divisible by the number of devices ({n})")
     if params_replicated:
       bad = [x.shape for x in jax.tree.leaves(params) if x.ndim < 1 or x.shape[0] != n]
       if bad:
