@@ -205,8 +205,9 @@ def test_design_notes_are_in_the_repository():
 
 def test_throughput_commands_reuse_their_sweeps_warm_start():
   """Every printed `rlscale.throughput` for a sweep file points sft.cache_dir at the warm start of
-  the sweep printed with it (DIR/sft for `--workdir=DIR`), so the profile measures the same
-  warm-started model and trains no second one; README and docstrings print the same form."""
+  the sweep printed with it (DIR/sft for `--workdir=DIR`), or at the committed warm start of that
+  sweep's results (experiments/results/NAME/sft, holding a cached warm start), so the profile
+  measures the same warm-started model and trains no second one."""
   commands = README_COMMANDS + DOCSTRING_COMMANDS
   workdirs = {}
   for c in commands:
@@ -220,5 +221,10 @@ def test_throughput_commands_reuse_their_sweeps_warm_start():
     config = args["--config"].split(":")[0]
     if config.startswith("experiments/sweeps/"):
       workdir = workdirs[config]
-      assert args.get("--config.sft.cache_dir") == f"{workdir}/{SFT_DIR}", " ".join(c)
+      name = os.path.splitext(os.path.basename(config))[0]
+      committed = os.path.join("experiments", "results", name, SFT_DIR)
+      cache_dir = args.get("--config.sft.cache_dir")
+      assert cache_dir in (f"{workdir}/{SFT_DIR}", committed), " ".join(c)
+      if cache_dir == committed:
+        assert glob.glob(os.path.join(REPO, committed, "warm_start_*.msgpack")), committed
       assert args.get("--out") == f"{workdir}/throughput", " ".join(c)
