@@ -45,6 +45,10 @@ def get_config(arg=None):
   config.model.router_aux_loss_coef = 0.001
   # "auto" (dense on CPU, ragged_dot elsewhere), "ragged" or "dense": the same numbers.
   config.model.moe_dispatch = "auto"
+  # Routing replay (R3): the trainer uses the experts the sampler chose for each response token
+  # (gate weights from its own router) instead of routing again; moe/routing_mismatch logs how
+  # often the two disagree without it.
+  config.model.moe_routing_replay = False
   # Expert parallelism: each device of the `expert` axis holds E / expert of every layer's
   # experts (1: none; e.g. --config.mesh.expert=2 --config.mesh.data=2 on 4 devices).
   config.mesh.expert = 1

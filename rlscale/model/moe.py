@@ -88,6 +88,44 @@ def route(router_logits: jax.Array, k: int, norm_topk_prob: bool
   return top, experts.astype(jnp.int32), probs
 
 
+def replayed_routing(probs: jax.Array, own_experts: jax.Array, replay: jax.Array,
+                     norm_topk_prob: bool) -> tuple[jax.Array, jax.Array]:
+  """Routing replay (R3, "rollout routing replay", Ma et al. 2025): the trainer uses the experts
+  the sampler chose, with gate weights from the trainer's own router probabilities.
+
+  Args:
+    probs: [N, E] float32, the trainer's softmax(router logits) (`route`'s third output).
+    own_experts: [N, k] int32, the trainer's own top-k (`route`'s second output).
+    replay: [N, k] int32, the sampler's experts for each token, or -1 in a row's first slot
+      where nothing is replayed (that row keeps its own routing).
+    norm_topk_prob: as `route`.
+  Returns: (weights [N, k] float32, experts [N, k] int32): on replayed rows probs at the replayed
+    experts (renormalised to sum 1 when norm_topk_prob), elsewhere exactly `route`'s. The
+    gradient reaches the router through the weights, as with its own routing.
+  """
+  use = (replay[:, :1] >= 0)
+  experts = jnp.where(use, replay, own_experts).astype(jnp.int32)
+  top = jnp.take_along_axis(probs, experts, axis=-1)
+  if norm_topk_prob:
+    top = top / jnp.sum(top, axis=-1, keepdims=True)
+  return top, experts
+
+
+def routing_mismatch(sampler_experts: jax.Array, trainer_experts: jax.Array) -> jax.Array:
+  """Per token, the fraction of MoE layers whose top-k expert *set* differs between the sampler
+  and the trainer (`moe/routing_mismatch`; order within the k is ignored).
+
+  Args: sampler_experts, trainer_experts: [..., L_moe, k] int (e.g. [B, Tr, L_moe, k]: the
+    experts of each layer at the position predicting each response token).
+  Returns: [...] float32 in [0, 1]; average it over real tokens (response_mask) for the metric.
+  Raises: ValueError when the shapes differ."""
+  if sampler_experts.shape != trainer_experts.shape:
+    raise ValueError(f"routing shapes differ: sampler {sampler_experts.shape}, trainer "
+                     f"{trainer_experts.shape}")
+  differ = jnp.any(jnp.sort(sampler_experts, axis=-1) != jnp.sort(trainer_experts, axis=-1), -1)
+  return jnp.mean(differ.astype(jnp.float32), axis=-1)
+
+
 def load_balancing_loss(stats: MoEStats, num_experts: int) -> jax.Array:
   """Switch Transformer load-balancing loss (Fedus et al. 2021, eqs. 4-6) in HF Qwen3-MoE's form
   (`load_balancing_loss_func`): with counts and probabilities pooled over the MoE layers,
@@ -219,15 +257,17 @@ class MoEMLP(nn.Module):
   Attributes: config, a ModelConfig with num_experts > 0 (E, num_experts_per_tok k,
     moe_intermediate_size I, norm_topk_prob, moe_dispatch).
 
-  Call with x [B, T, H] (compute dtype) and token_mask [B, T] {0,1} or None (all real): the
-  tokens counted in the statistics (every token is still routed and computed). Returns
+  Call with x [B, T, H] (compute dtype), token_mask [B, T] {0,1} or None (all real): the
+  tokens counted in the statistics (every token is still routed and computed), and replay
+  [B, T, k] int32 or None: experts to use per token, -1 where the token routes itself
+  (`replayed_routing`). Returns
   (y [B, T, H] in x's dtype, per-layer stats: expert_tokens [E], expert_prob [E], rows [],
   experts [B, T, k] int32; `Transformer` stacks them into MoEStats).
   """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, token_mask=None):
+  def __call__(self, x, token_mask=None, replay=None):
     c = self.config
     b, t, hidden = x.shape
     e, k, inter = c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
@@ -235,6 +275,9 @@ class MoEMLP(nn.Module):
     router = nn.Dense(e, use_bias=False, dtype=dtype, param_dtype=param_dtype, name="gate")
     flat = x.reshape(b * t, hidden)
     weights, experts, probs = route(router(flat), k, c.norm_topk_prob)
+    if replay is not None:
+      weights, experts = replayed_routing(probs, experts, replay.reshape(b * t, k),
+                                          c.norm_topk_prob)
     init = nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
     kernels = ExpertKernels(e, hidden, inter, param_dtype, init, name="experts")
     gate, up, down = (w.astype(dtype) for w in kernels())

@@ -300,25 +300,27 @@ class DecoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x, rope: RopeTables, mask, layer_cache=None, cache_index=None,
-               last_only=False, queries: Optional[tuple[int, int]] = None, token_mask=None):
+               last_only=False, queries: Optional[tuple[int, int]] = None, token_mask=None,
+               replay=None):
     """Returns (x [B, T, H], or [B, 1, H] for the last position only if last_only, or
     [B, stop - start, H] for positions [start, stop) only if queries; new cache; the MoE
     layer's routing stats (see `moe.MoEMLP`, over the same positions, counting the tokens of
-    token_mask [B, T] {0,1}, all when None) or None for a dense layer)."""
+    token_mask [B, T] {0,1}, all when None) or None for a dense layer). replay [B, T, k] int32
+    (MoE layers; -1 where a token routes itself) replays experts (`moe.replayed_routing`)."""
     c = self.config
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="input_layernorm")(x)
     h, new_cache = Attention(c, name="self_attn")(h, rope, mask, layer_cache, cache_index,
                                                   last_only, queries)
+    cut = lambda a: a  # noqa: E731  the positions this layer's MLP computes
     if last_only:
-      x = x[:, -1:]
-      token_mask = None if token_mask is None else token_mask[:, -1:]
+      cut = lambda a: None if a is None else a[:, -1:]  # noqa: E731
     elif queries is not None:
-      x = x[:, queries[0]:queries[1]]
-      token_mask = None if token_mask is None else token_mask[:, queries[0]:queries[1]]
+      cut = lambda a: None if a is None else a[:, queries[0]:queries[1]]  # noqa: E731
+    x, token_mask, replay = cut(x), cut(token_mask), cut(replay)
     x = x + h
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="post_attention_layernorm")(x)
     if c.is_moe_layer(self.layer):
-      h, stats = MoEMLP(c, name="mlp")(h, token_mask)
+      h, stats = MoEMLP(c, name="mlp")(h, token_mask, replay)
       return x + h, new_cache, stats
     return x + MLP(c, name="mlp")(h), new_cache, None
 
@@ -341,6 +343,8 @@ class Transformer(nn.Module):
   final-norm states (score them with `output_logits`, e.g. in chunks).
   token_mask [B, T] {0,1} (or None: all) marks the tokens the MoE routing statistics count
   (`ModelOutput.moe`, stacked over the MoE layers; None for a dense model); it changes no output.
+  routing [B, T, L_moe, k] int32 (or None) replays experts: MoE layer j of position t uses
+  routing[:, t, j] unless its first entry is -1 (`moe.replayed_routing`; see `replay_window`).
 
   With config.remat and no cache, each decoder layer is rematerialised (`rematerialised_layer`,
   gradient checkpointing as in HF/TRL/verl): only its input is kept for the backward pass and its
@@ -351,7 +355,7 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None,
                last_only: bool = False, head: bool = True,
-               outputs: Optional[tuple[int, int]] = None, token_mask=None):
+               outputs: Optional[tuple[int, int]] = None, token_mask=None, routing=None):
     c = self.config
     if outputs is not None and (cache is not None or last_only):
       raise ValueError("outputs=(start, stop) is for a forward without cache and last_only")
@@ -360,13 +364,15 @@ class Transformer(nn.Module):
     rope = rope_tables(positions, rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling))
     new_k, new_v, moe_stats = [], [], []
     remat = c.remat and cache is None and not last_only and not self.is_initializing()
+    moe_index = {layer: j for j, layer in enumerate(c.moe_layers)}
     for i in range(c.num_layers):
       queries = outputs if i == c.num_layers - 1 else None
+      replay = None if routing is None or i not in moe_index else routing[:, :, moe_index[i]]
       if remat:
         layer = (rematerialised_layer if resolve_impl(c.remat_impl, "custom_vjp", "checkpoint")
                  == "custom_vjp" else checkpointed_layer)
         x, stats = layer(c, queries, i)(
-            self.variables["params"][f"layers_{i}"], x, rope, mask, token_mask)
+            self.variables["params"][f"layers_{i}"], x, rope, mask, token_mask, replay)
         x = constrain_activations(x)
         if stats is not None:
           moe_stats.append(stats)
@@ -376,7 +382,7 @@ class Transformer(nn.Module):
       # still writes all positions' keys and values to the cache.
       x, layer_new, stats = DecoderLayer(c, layer=i, name=f"layers_{i}")(
           x, rope, mask, layer_cache, cache_index, last_only and i == c.num_layers - 1, queries,
-          token_mask)
+          token_mask, replay)
       x = constrain_activations(x)
       if layer_new is not None:
         new_k.append(layer_new[0])
@@ -411,8 +417,8 @@ class Transformer(nn.Module):
 
 def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None,
                          layer: int = 0):
-  """fn(layer_params, x, rope, mask, token_mask) -> (x, moe stats or None): decoder layer
-  `layer` (no cache; outputs for positions [start, stop) only when queries, see `DecoderLayer`)
+  """fn(layer_params, x, rope, mask, token_mask, replay) -> (x, moe stats or None): decoder
+  layer `layer` (no cache; outputs for positions [start, stop) only when queries, see `DecoderLayer`)
   whose backward pass recomputes the layer from its input instead of keeping its activations
   (gradient checkpointing, as `jax.checkpoint`).
 
@@ -424,20 +430,21 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
   extra add is one elementwise pass over x per layer; the numbers are those of the plain layer.
   """
 
-  def apply(params, x, rope, mask, token_mask):
+  def apply(params, x, rope, mask, token_mask, replay):
     out, _, stats = DecoderLayer(config, layer=layer).apply(
-        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask)
+        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask, replay=replay)
     return out, stats
 
   @jax.custom_vjp
-  def layer_fn(params, x, rope, mask, token_mask):
-    return apply(params, x, rope, mask, token_mask)
+  def layer_fn(params, x, rope, mask, token_mask, replay):
+    return apply(params, x, rope, mask, token_mask, replay)
 
-  def layer_fwd(params, x, rope, mask, token_mask):
-    return apply(params, x, rope, mask, token_mask), (params, x, rope, mask, token_mask)
+  def layer_fwd(params, x, rope, mask, token_mask, replay):
+    return (apply(params, x, rope, mask, token_mask, replay),
+            (params, x, rope, mask, token_mask, replay))
 
   def layer_bwd(saved, cotangents):
-    params, x, rope, mask, token_mask = saved
+    params, x, rope, mask, token_mask, replay = saved
     # The MoE stats' cotangent (the aux loss reaches the router through expert_prob) goes into
     # the recomputation's vjp with the output's; the integer experts have float0 cotangents.
     cotangent = cotangents[0]
@@ -447,8 +454,9 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
     # layer's gathered weights stay alive until its backward (measured on Qwen3-8B, {fsdp: 8}:
     # 2.0 instead of 0.77 GiB of temporaries per layer).
     tied_params = jax.tree.map(lambda p: p + tie.astype(p.dtype), params)
-    _, vjp = jax.vjp(lambda p, h, r: apply(p, h, r, mask, token_mask), tied_params, x + tie, rope)
-    return (*vjp(cotangents), None, None)
+    _, vjp = jax.vjp(lambda p, h, r: apply(p, h, r, mask, token_mask, replay), tied_params,
+                     x + tie, rope)
+    return (*vjp(cotangents), None, None, None)
 
   layer_fn.defvjp(layer_fwd, layer_bwd)
   return layer_fn
@@ -456,14 +464,14 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
 
 def checkpointed_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None,
                        layer: int = 0):
-  """fn(layer_params, x, rope, mask, token_mask) -> (x, moe stats or None): decoder layer
-  `layer` under `jax.checkpoint` with the nothing_saveable policy (the layer's input is kept,
+  """fn(layer_params, x, rope, mask, token_mask, replay) -> (x, moe stats or None): decoder
+  layer `layer` under `jax.checkpoint` with the nothing_saveable policy (the layer's input is kept,
   everything else recomputed in the backward): the standard remat of GPU/TPU stacks
   (`model.remat_impl` "checkpoint"), the same numbers as `rematerialised_layer`."""
 
-  def apply(params, x, rope, mask, token_mask):
+  def apply(params, x, rope, mask, token_mask, replay):
     out, _, stats = DecoderLayer(config, layer=layer).apply(
-        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask)
+        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask, replay=replay)
     return out, stats
 
   return jax.checkpoint(apply, policy=jax.checkpoint_policies.nothing_saveable)
@@ -511,8 +519,23 @@ def init_params(config: ModelConfig, rng: jax.Array) -> dict:
   return init(rng, tokens, positions_from_mask(jnp.ones((1, 2))), mask)["params"]
 
 
+def replay_window(response_experts: jax.Array, total_len: int) -> jax.Array:
+  """The sampler's routing of a response (`Rollout.experts`) as `forward`'s `routing`.
+
+  Args: response_experts: [B, Tr, L_moe, k] int32, the experts at the position predicting each
+    response token (-1 where nothing was generated). total_len: T = Tp + Tr, the forward's width.
+  Returns: [B, T, L_moe, k] int32: response_experts at positions [T - Tr - 1, T - 1) (the
+    positions that predict the response), -1 (route by the trainer) elsewhere, the prompt
+    included (the sampler's prefill routing of the prompt is not kept)."""
+  b, tr = response_experts.shape[:2]
+  before = jnp.full((b, total_len - tr - 1) + response_experts.shape[2:], -1, jnp.int32)
+  after = jnp.full((b, 1) + response_experts.shape[2:], -1, jnp.int32)
+  return jnp.concatenate([before, response_experts.astype(jnp.int32), after], axis=1)
+
+
 def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Array, *,
-            head: bool = True, outputs: Optional[tuple[int, int]] = None) -> ModelOutput:
+            head: bool = True, outputs: Optional[tuple[int, int]] = None,
+            routing: Optional[jax.Array] = None) -> ModelOutput:
   """Full causal forward without cache over left-padded sequences (e.g. a Rollout's prompt and
   response: `tokens`, `concatenate([prompt_mask, response_mask], 1)`).
 
@@ -527,6 +550,8 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
       [start, stop) are computed after the last layer's keys and values (see `Transformer`),
       columns from `stop` on not at all (causal: nothing before them sees them), and logits /
       values / hidden cover positions [start, stop) only.
+    routing: [B, T, L_moe, k] int32 or None: experts replayed per position and MoE layer, -1
+      where the model routes itself (`replay_window`; routing replay, `moe.replayed_routing`).
   Returns:
     ModelOutput: logits [B, T, V] float32 (position t predicts token t+1; score a token with
     `token_logp(logits[:, t - 1], tokens[:, t], temperature)`), values [B, T] float32 when
@@ -540,9 +565,11 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
                        f"T = {tokens.shape[1]}")
     # No position before `stop` attends to a later one: those columns are left out.
     tokens, input_mask = tokens[:, :outputs[1]], input_mask[:, :outputs[1]]
+    routing = None if routing is None else routing[:, :outputs[1]]
   return Transformer(config).apply({"params": params}, tokens, positions_from_mask(input_mask),
                                    causal_attention_mask(input_mask), head=head, outputs=outputs,
-                                   token_mask=input_mask if config.moe_layers else None)
+                                   token_mask=input_mask if config.moe_layers else None,
+                                   routing=routing if config.moe_layers else None)
 
 
 def tempered_log_softmax(logits: jax.Array, temperature: float = 1.0) -> jax.Array:

@@ -19,16 +19,14 @@ from rlscale.parallel.mesh import batch_parallelism
 from rlscale.parallel.rules import DEFAULT_RULES
 from rlscale.rl.logprob import response_positions, response_states_logp
 from rlscale.train.state import critic_config
-from rlscale.train.update import microbatch_count
-
-INPUT_KEYS = ("tokens", "input_mask", "response_mask")
+from rlscale.train.update import PASS_KEYS, microbatch_count, replayed
 
 
 def _response_pass(fn, model_config: ModelConfig, mesh, param_shardings, *,
                    microbatches: Optional[int], rules) -> Callable:
   """jitted pass(params, batch) -> [B, Tr] float32 of `fn(params, output, response_tokens)`
-  (output: `forward(..., head=False)` at the Tr response-predicting positions), 0 where
-  response_mask is 0, in `microbatches` slices of the rows per batch part (as each device of
+  (output: `forward(..., head=False)` at the Tr response-predicting positions, replaying
+  batch["routing"] when the batch has it), 0 where response_mask is 0, in `microbatches` slices of the rows per batch part (as each device of
   the pmapped pass slices its own rows)."""
 
   def global_pass(params, batch):
@@ -40,7 +38,8 @@ def _response_pass(fn, model_config: ModelConfig, mesh, param_shardings, *,
     def one(mb):
       tokens = mb["tokens"]
       out = forward(params, model_config, tokens, mb["input_mask"], head=False,
-                    outputs=response_positions(tokens.shape[1], tr))
+                    outputs=response_positions(tokens.shape[1], tr),
+                    routing=replayed(mb, tokens.shape[1]))
       return jnp.where(mb["response_mask"] > 0, fn(params, out, tokens[:, -tr:]), 0.0)
 
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
@@ -49,17 +48,26 @@ def _response_pass(fn, model_config: ModelConfig, mesh, param_shardings, *,
       # Slice c holds rows c, c + count, ...: every slice spans every part's rows, so the
       # slices stay sharded over the batch axes as the whole batch is.
       parts = jax.tree.map(lambda x: x.reshape((rows // count, count) + x.shape[1:]).swapaxes(0, 1),
-                           {k: batch[k] for k in INPUT_KEYS})
+                           _batch_inputs(batch))
       out = jax.lax.map(one, parts)
       return out.swapaxes(0, 1).reshape((rows,) + out.shape[2:])
 
   rows_2d = batch_sharding(mesh, 2)
-  return jax.jit(global_pass, in_shardings=(param_shardings, {k: rows_2d for k in INPUT_KEYS}),
-                 out_shardings=rows_2d)
+  jitted = {}
+
+  def run(params, batch):
+    keys = tuple(sorted(batch))
+    if keys not in jitted:  # with "routing" (replay) or without
+      shardings = {k: batch_sharding(mesh, 4 if k == "routing" else 2) for k in keys}
+      jitted[keys] = jax.jit(global_pass, in_shardings=(param_shardings, shardings),
+                             out_shardings=rows_2d)
+    return jitted[keys](params, batch)
+
+  return run
 
 
 def _batch_inputs(batch) -> dict:
-  return {k: batch[k] for k in INPUT_KEYS}
+  return {k: batch[k] for k in PASS_KEYS if k in batch}
 
 
 def make_sharded_logp_fn(model_config: ModelConfig, temperature: float, mesh, param_shardings, *,

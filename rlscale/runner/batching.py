@@ -95,10 +95,10 @@ def train_widths(rollout) -> tuple[int, int]:
 
 def trim_rollout(rollout, width: int, prompt_width: int | None = None):
   """The Rollout with its response columns cut to the first `width` (tokens [B, Tp' + width],
-  response_mask and logp [B, width]) and, with prompt_width, its prompt to the last
-  `prompt_width` columns (Tp' = prompt_width; else Tp' = Tp). Exact for training when every
-  response fits in `width` (a causal model's positions never look at later columns) and every
-  dropped prompt column is left padding (positions count real tokens only, and padding keys are
+  response_mask, logp [B, width] and experts [B, width, ...] when present) and, with
+  prompt_width, its prompt to the last `prompt_width` columns (Tp' = prompt_width; else
+  Tp' = Tp). Exact for training when every response fits in `width` (a causal model's positions
+  never look at later columns) and every dropped prompt column is left padding (positions count real tokens only, and padding keys are
   masked out of attention, so dropping them changes no real position's output).
 
   Raises: ValueError when a response is longer than `width`, or a dropped prompt column holds a
@@ -112,7 +112,10 @@ def trim_rollout(rollout, width: int, prompt_width: int | None = None):
   if not 0 <= drop <= tp or prompt_mask[:, :drop].any():
     raise ValueError(f"cannot trim prompts of {tp} columns to their last {prompt_width}: "
                      "only all-padding leading columns can be dropped")
-  return rollout._replace(tokens=np.asarray(rollout.tokens)[:, drop:tp + width],
-                          prompt_mask=prompt_mask[:, drop:],
-                          response_mask=np.asarray(rollout.response_mask)[:, :width],
-                          logp=np.asarray(rollout.logp)[:, :width])
+  trimmed = rollout._replace(tokens=np.asarray(rollout.tokens)[:, drop:tp + width],
+                             prompt_mask=prompt_mask[:, drop:],
+                             response_mask=np.asarray(rollout.response_mask)[:, :width],
+                             logp=np.asarray(rollout.logp)[:, :width])
+  if getattr(rollout, "experts", None) is not None:  # a model with experts: their routing too
+    trimmed = trimmed._replace(experts=np.asarray(rollout.experts)[:, :width])
+  return trimmed

@@ -65,6 +65,19 @@ def default_old_logp(config, rl):
   return rl
 
 
+def routing_replay(config, model_config: ModelConfig) -> bool:
+  """config.model.moe_routing_replay (False when a config lacks it): the update step and the
+  recomputed old_logp pass use the experts the sampler chose for each response position (R3,
+  `moe.replayed_routing`) instead of routing again.
+
+  Raises: ValueError when it is on for a model without experts."""
+  replay = bool(config.model.get("moe_routing_replay", False))
+  if replay and not model_config.moe_layers:
+    raise ValueError("model.moe_routing_replay=True needs a model with experts "
+                     "(model.num_experts > 0, e.g. experiments/configs/moe.py); this model is dense")
+  return replay
+
+
 @dataclasses.dataclass
 class Run:
   """Everything the loop needs for one experiment (see `build_run`)."""
@@ -98,6 +111,8 @@ class Run:
   # Where the arrays live (`layout.PmapLayout` or `layout.MeshLayout`); None reads as the pmap
   # layout over num_devices (`layout.layout_of`).
   layout: Any = None
+  # model.moe_routing_replay: the trainer replays the sampler's experts (`routing_replay`).
+  routing_replay: bool = False
 
   @property
   def export_config(self) -> ModelConfig:
@@ -517,4 +532,5 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
              advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)),
              export_dtype=export_dtype, log=log,
              title=title, smoke=bool(config.get("smoke", False)),
-             starting_point=starting_point_label(config), layout=layout)
+             starting_point=starting_point_label(config), layout=layout,
+             routing_replay=routing_replay(config, model_config))

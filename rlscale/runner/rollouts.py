@@ -20,6 +20,7 @@ from rlscale.rl import dapo
 from rlscale.runner import hosts as hosts_lib
 from rlscale.runner.layout import layout_of
 from rlscale.runner.batching import decode_responses, encode_prompts, longest_prompt
+from rlscale.sampler.sampler import map_rollout
 from rlscale.tasks.rewards import score_batch
 
 MAX_SAMPLING_ROUNDS = 4
@@ -118,7 +119,7 @@ def generate_groups(run, state, key, offsets, clock) -> Generated:
 def select_groups(generated: Generated, keep: np.ndarray, group_size: int) -> Generated:
   """The rows of the groups where keep [P] bool is True."""
   rows = np.repeat(keep, group_size)
-  rollout = type(generated.rollout)(*[np.asarray(x)[rows] for x in generated.rollout])
+  rollout = map_rollout(lambda x: np.asarray(x)[rows], generated.rollout)
   return Generated(rollout, generated.rewards[rows], generated.scores[rows],
                    generated.correct[rows], row_flags(generated, "filler")[rows],
                    row_flags(generated, "nonfinite")[rows])
@@ -127,8 +128,7 @@ def select_groups(generated: Generated, keep: np.ndarray, group_size: int) -> Ge
 def concat_generated(parts: list[Generated]) -> Generated:
   """The rows of every part of `parts` (non-empty), in order; filler / nonfinite None read as
   all False."""
-  rollout_type = type(parts[0].rollout)
-  return Generated(rollout_type(*[np.concatenate(xs) for xs in zip(*[p.rollout for p in parts])]),
+  return Generated(map_rollout(lambda *xs: np.concatenate(xs), *[p.rollout for p in parts]),
                    np.concatenate([p.rewards for p in parts]),
                    np.concatenate([p.scores for p in parts]),
                    np.concatenate([p.correct for p in parts]),

@@ -44,7 +44,7 @@ RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_ever
 ADDED_FIELD_DEFAULTS = {"optim.schedule_unit": "steps", "optim.warmup_samples": 0,
                         "train.measure_noise_scale": False, "mesh.data": -1, "mesh.fsdp": 1,
                         "mesh.tensor": 1, "model.attention_impl": "auto",
-                        "model.remat_impl": "auto"}
+                        "model.remat_impl": "auto", "model.moe_routing_replay": False}
 # DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
 
 
@@ -52,15 +52,18 @@ def check_resume_config(workdir: str, config) -> None:
   """Refuses to resume a checkpointed run with a different config.
 
   Raises ValueError naming the changed fields unless only RESUMABLE_FIELDS differ from the
-  workdir's config.json (written by the run that made the checkpoints; a field it lacks counts
-  as ADDED_FIELD_DEFAULTS gives)."""
+  workdir's config.json (written by the run that made the checkpoints; a field it or the current
+  config lacks counts as ADDED_FIELD_DEFAULTS gives)."""
   path = os.path.join(workdir, CONFIG_FILE)
   checkpoints = os.path.join(workdir, CHECKPOINTS_DIR)
   if not (os.path.exists(path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
     return
   with open(path, encoding="utf-8") as f:
     saved = {**ADDED_FIELD_DEFAULTS, **flatten_config(json.load(f)["config"])}
-  current = flatten_config(json.loads(json.dumps(config.to_dict(), default=str)))
+  # A field only some configs have (model.moe_routing_replay: MoE configs) reads as its default
+  # on both sides.
+  current = {**ADDED_FIELD_DEFAULTS,
+             **flatten_config(json.loads(json.dumps(config.to_dict(), default=str)))}
   changed = sorted(k for k in set(saved) | set(current)
                    if saved.get(k) != current.get(k) and k not in RESUMABLE_FIELDS)
   if changed:

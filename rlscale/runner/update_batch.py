@@ -41,6 +41,9 @@ class UpdateBatch:
     returns: [B, Tr] float32 value targets (PPO's GAE), else None.
     ref_logp: [B, Tr] float32 reference log-probs when the loss has a KL term, else None.
     old_values: [B, Tr] float32 the critic's values before the update (PPO), else None.
+    sampler_experts: [B, Tr, L_moe, k] int32, the sampler's routing (`Rollout.experts`) for a
+      model with experts (the update logs moe/routing_mismatch against it), else None.
+    routing: the same array when the run replays it (model.moe_routing_replay), else None.
   """
   tokens: Any
   input_mask: Any
@@ -50,6 +53,8 @@ class UpdateBatch:
   returns: Optional[Any] = None
   ref_logp: Optional[Any] = None
   old_values: Optional[Any] = None
+  sampler_experts: Optional[Any] = None
+  routing: Optional[Any] = None
 
   def arrays(self) -> dict[str, Any]:
     """The batch as the update step's dict: every field that is not None, by name."""
@@ -75,7 +80,8 @@ def loss_mask_of(run, generated: Generated) -> tuple[np.ndarray, dict[str, float
 
 def behaviour_logp(run, state, sharded, rollout) -> tuple[np.ndarray, dict[str, float]]:
   """The update's old_logp [B, Tr] as rl.old_logp asks: the sampler's, or ("recompute") a trainer
-  forward with the current params, also written into sharded["old_logp"], with the
+  forward with the current params (replaying the sampler's experts when sharded has "routing"),
+  also written into sharded["old_logp"], with the
   sampler-trainer mismatch: the mean k3 of the trainer's log-probs against the sampler's over real
   tokens, train/sampler_trainer_k3 (with "sampler" the update step logs the same quantity).
 
@@ -95,6 +101,12 @@ def sampler_trainer_mismatch(old_logp, rollout) -> dict[str, float]:
   sampler's (rollout.logp) over the real tokens (rollout.response_mask)}."""
   mismatch = masks.masked_mean(kl_divergence("k3", old_logp, rollout.logp), rollout.response_mask)
   return {"train/sampler_trainer_k3": float(mismatch)}
+
+
+def own_routing(batch: dict) -> dict:
+  """The batch without "routing": the reference policy and the critic route by themselves (the
+  sampler's experts are the policy's choice, replayed for the policy only)."""
+  return {k: v for k, v in batch.items() if k != "routing"}
 
 
 def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, dict]:
@@ -129,14 +141,18 @@ def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, di
       "response_mask": rollout.response_mask,
       "old_logp": rollout.logp,
   }
+  if getattr(rollout, "experts", None) is not None:
+    batch["sampler_experts"] = rollout.experts
+    if run.routing_replay:
+      batch["routing"] = rollout.experts
   layout = layout_of(run)
   sharded = layout.place_batch(batch)
   old_logp, mismatch = behaviour_logp(run, state, sharded, rollout)
   extras = {}
   if update_lib.uses_ref_logp(rl):
-    extras["ref_logp"] = run.logp_fn(run.ref_params, sharded)
+    extras["ref_logp"] = run.logp_fn(run.ref_params, own_routing(sharded))
   if update_lib.uses_critic(rl):
-    extras["values"] = run.value_fn(state.critic_params, sharded)
+    extras["values"] = run.value_fn(state.critic_params, own_routing(sharded))
   flat = {k: layout.host_rows(v) for k, v in extras.items()}
   if hosts.count > 1:
     # The passes above ran on this process's rows; advantages need every row.

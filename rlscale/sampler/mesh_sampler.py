@@ -27,7 +27,7 @@ from rlscale.parallel.rules import DEFAULT_RULES
 from rlscale.parallel.shardings import tree_shardings
 from rlscale.sampler.sampler import (Rollout, _check_generate_args, _generate, _id_tuple,
                                      _positive_int, check_special_ids, checked_batch,
-                                     pad_to_bucket)
+                                     map_rollout, pad_to_bucket)
 from rlscale.sampler.strategies import SamplingConfig
 
 
@@ -86,7 +86,8 @@ class MeshSampler:
       prompts = rows if prompts_sharded else NamedSharding(self.mesh, PartitionSpec())
       replicated = NamedSharding(self.mesh, PartitionSpec())
       out = Rollout(rows, rows, rows, rows, batch_sharding(self.mesh, 1),
-                    batch_sharding(self.mesh, 1))
+                    batch_sharding(self.mesh, 1),
+                    batch_sharding(self.mesh, 4) if self.model_config.moe_layers else None)
 
       def run(params, tokens, mask, rng):
         self.num_traces += 1  # runs only while tracing
@@ -140,5 +141,5 @@ class MeshSampler:
     _check_generate_args(tokens, mask, self.model_config, sampling, self.eos_ids, self.pad_id)
     fn = self._function(params, sampling, group, num_prompts % parts == 0)
     out = fn(params, tokens, mask, rng)
-    return Rollout(*(np.asarray(jax.device_get(x)) for x in out))
+    return map_rollout(lambda x: np.asarray(jax.device_get(x)), out)
 

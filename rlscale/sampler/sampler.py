@@ -62,6 +62,10 @@ class Rollout(NamedTuple):
     lengths: [B] int32, response length in tokens (sum of response_mask).
     num_steps: [B] int32, number of response positions the decode loop produced for the batch
       (device shard) the row was generated in; below Tr when every row of it finished early.
+    experts: [B, Tr, L_moe, k] int32 for a model with experts, else None: the experts each MoE
+      layer chose at the position that predicts each response token (the prompt's last position
+      for token 0), -1 where response_mask is 0; for the routing-mismatch metric and routing
+      replay (`transformer.replay_window`).
   """
   tokens: jax.Array
   prompt_mask: jax.Array
@@ -69,6 +73,13 @@ class Rollout(NamedTuple):
   logp: jax.Array
   lengths: jax.Array
   num_steps: jax.Array
+  experts: Optional[jax.Array] = None
+
+
+def map_rollout(fn, *rollouts: Rollout) -> Rollout:
+  """Rollout(fn(field of each rollout) for each field), a field None in the first rollout kept
+  None (e.g. a dense model's experts): to slice, concatenate or copy rollouts field by field."""
+  return Rollout(*(None if fields[0] is None else fn(*fields) for fields in zip(*rollouts)))
 
 
 class DecodeState(NamedTuple):
@@ -82,6 +93,7 @@ class DecodeState(NamedTuple):
     response_mask: [B, Tr] int32.
     done: [B] bool, the row has produced an EOS.
     cache: KVCache with S slots, filled up to slot Tp + step - 2.
+    experts: [B, Tr, L_moe, k] int32, -1 where not produced; None for a dense model.
   """
   step: jax.Array
   last_token: jax.Array
@@ -90,6 +102,7 @@ class DecodeState(NamedTuple):
   response_mask: jax.Array
   done: jax.Array
   cache: KVCache
+  experts: Optional[jax.Array] = None
 
 
 def _is_eos(token: jax.Array, eos_ids: tuple) -> jax.Array:
@@ -100,13 +113,18 @@ def _is_eos(token: jax.Array, eos_ids: tuple) -> jax.Array:
   return hit
 
 
-def _record(state: DecodeState, token, logp, *, eos_ids: tuple, pad_id: int) -> DecodeState:
-  """Writes the token drawn for column `state.step` (pad_id / 0 / mask 0 for finished rows)."""
+def _record(state: DecodeState, token, logp, moe, *, eos_ids: tuple, pad_id: int) -> DecodeState:
+  """Writes the token drawn for column `state.step` (pad_id / 0 / mask 0 / experts -1 for
+  finished rows); moe: the forward's MoEStats (experts [L_moe, B, 1, k]) or None."""
   live = ~state.done
   token = jnp.where(live, token, pad_id)
   column = lambda x: x[:, None]  # noqa: E731  [B] -> [B, 1] for the column update
   write = lambda buf, val: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
       buf, column(val), state.step, axis=1)
+  if moe is not None:
+    chosen = jnp.transpose(moe.experts[:, :, -1], (1, 0, 2))  # [B, L_moe, k]
+    state = state._replace(experts=write(state.experts,
+                                         jnp.where(live[:, None, None], chosen, -1)))
   return state._replace(
       step=state.step + 1,
       last_token=token,
@@ -262,7 +280,10 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
                     jnp.int32(0), last_only=True)
   if samples_per_prompt > 1:  # each prompt's G rows start from copies of its prefill
     to_rows = lambda x: jnp.repeat(x, samples_per_prompt, axis=0)  # noqa: E731
-    out = out._replace(logits=to_rows(out.logits), cache=jax.tree.map(to_rows, out.cache))
+    moe = None if out.moe is None else out.moe._replace(
+        experts=jnp.repeat(out.moe.experts, samples_per_prompt, axis=1))
+    out = out._replace(logits=to_rows(out.logits), cache=jax.tree.map(to_rows, out.cache),
+                       moe=moe)
     prompt_tokens, prompt_mask = to_rows(prompt_tokens), to_rows(prompt_mask)
   out = out._replace(cache=constrain_cache(out.cache, cache_rules))
   # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
@@ -274,11 +295,14 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
       logp=jnp.zeros((batch, max_new_tokens), jnp.float32),
       response_mask=jnp.zeros((batch, max_new_tokens), jnp.int32),
       done=jnp.zeros((batch,), bool),
-      cache=out.cache)
+      cache=out.cache,
+      experts=None if out.moe is None else jnp.full(
+          (batch, max_new_tokens) + (out.moe.experts.shape[0], out.moe.experts.shape[-1]), -1,
+          jnp.int32))
   record = functools.partial(_record, eos_ids=eos_ids, pad_id=pad_id)
   draw = _gumbel_source(rng, out.logits.shape[-1], batch, max_new_tokens, sampling)
   # Left padding puts every row's last real prompt token in the last prompt slot.
-  first = record(empty, *sample_token_from_noise(out.logits[:, -1], draw(0), sampling))
+  first = record(empty, *sample_token_from_noise(out.logits[:, -1], draw(0), sampling), out.moe)
 
   real_prompt_len = prompt_mask.sum(axis=1)
 
@@ -291,7 +315,8 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
     out = model.apply({"params": params}, state.last_token[:, None], positions,
                       cache_attention_mask(slot_mask, slot, 1), state.cache, slot)
     token, logp = sample_token_from_noise(out.logits[:, 0], draw(state.step), sampling)
-    return record(state._replace(cache=constrain_cache(out.cache, cache_rules)), token, logp)
+    return record(state._replace(cache=constrain_cache(out.cache, cache_rules)), token, logp,
+                  out.moe)
 
   final = jax.lax.while_loop(cond, body, first)
   return Rollout(
@@ -300,7 +325,8 @@ def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_
       response_mask=final.response_mask,
       logp=final.logp,
       lengths=final.response_mask.sum(axis=1, dtype=jnp.int32),
-      num_steps=jnp.full((batch,), final.step, jnp.int32))
+      num_steps=jnp.full((batch,), final.step, jnp.int32),
+      experts=final.experts)
 
 
 def _gumbel_source(rng, vocab: int, batch: int, max_new_tokens: int, sampling: SamplingConfig):
@@ -495,7 +521,8 @@ class Sampler:
       key = rng if chunks == 1 else jax.random.fold_in(rng, c)
       out = self._generate[params_replicated](params, shard(tokens[chunk]), shard(mask[chunk]), key,
                                               sampling, group)
-      return [np.asarray(x).reshape((chunk_prompts * group,) + x.shape[2:]) for x in out]  # waits
+      return map_rollout(lambda x: np.asarray(x).reshape((chunk_prompts * group,) + x.shape[2:]),
+                         out)  # waits
 
     signature = (params_replicated, tokens.shape, sampling, chunks, group)
     if chunks == 1 or signature not in self._compiled:  # compile on this thread first
@@ -503,4 +530,4 @@ class Sampler:
       self._compiled.add(signature)
     else:
       parts = list(self._pool.map(run, range(chunks)))
-    return Rollout(*(np.concatenate(field) for field in zip(*parts)))
+    return map_rollout(lambda *fields: np.concatenate(fields), *parts)

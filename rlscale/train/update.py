@@ -19,6 +19,9 @@ Batch (numpy or jax arrays, leading device axis; Tp + Tr = T, responses in the l
   ref_logp [D, b, Tr] float32 (needed when kl_coef > 0: a loss term, or logged when the KL is in
     the reward);
   advantages [D, b] or [D, b, Tr] float32; for PPO old_values and returns [D, b, Tr] float32.
+Optional, for a model with experts: sampler_experts [D, b, Tr, L_moe, k] int32 (the sampler's
+  routing, `Rollout.experts`: logged against the trainer's as moe/routing_mismatch) and routing
+  [D, b, Tr, L_moe, k] int32 (the same, replayed by the trainer: `transformer.replay_window`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import optax
 
 from rlscale.model import moe
 from rlscale.model.config import ModelConfig
-from rlscale.model.transformer import forward
+from rlscale.model.transformer import forward, replay_window
 from rlscale.rl import aggregation
 from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
 from rlscale.rl.kl import kl_divergence
@@ -46,6 +49,8 @@ from rlscale.train.optimizer import current_learning_rate
 from rlscale.train.state import TrainState, critic_config
 
 REQUIRED_KEYS = ("tokens", "input_mask", "response_mask", "old_logp", "advantages")
+# What the log-prob and value passes read of a batch ("routing" only when replayed).
+PASS_KEYS = ("tokens", "input_mask", "response_mask", "routing")
 CRITIC_KEYS = ("old_values", "returns")
 # Metrics reduced over the optimizer updates of one step by min / max instead of the mean.
 _MIN_METRICS = ("ratio_min",)
@@ -194,7 +199,8 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss,
   # and values, and the last token (it predicts nothing) not at all (`forward(outputs=...)`):
   # the same numbers, less compute.
   window = response_positions(tokens.shape[1], tr)
-  out = forward(params, model_config, tokens, mb["input_mask"], head=False, outputs=window)
+  out = forward(params, model_config, tokens, mb["input_mask"], head=False, outputs=window,
+                routing=replayed(mb, tokens.shape[1]))
   hidden = out.hidden
   logp, entropy = response_states_logp(params, model_config, hidden, tokens[:, -tr:],
                                        rl.temperature)
@@ -208,6 +214,10 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss,
   coefs = {"pg_loss": 1.0, "entropy_loss": rl.entropy_coef}
   token_stats = {"entropy": entropy,
                  "approx_kl_old": jax.lax.stop_gradient(kl_divergence("k3", logp, mb["old_logp"]))}
+  if out.moe is not None and "sampler_experts" in mb:
+    trainer_experts = jnp.transpose(out.moe.experts, (1, 2, 0, 3))  # [b, Tr, L_moe, k]
+    token_stats["moe/routing_mismatch"] = moe.routing_mismatch(mb["sampler_experts"],
+                                                               trainer_experts)
   if uses_ref_logp(rl):
     kl = kl_divergence(rl.kl_estimator, logp, mb["ref_logp"])
     token_stats["kl"] = kl
@@ -242,6 +252,12 @@ def _microbatch_loss(trainables, mb, counts, *, model_config, rl, policy_loss,
            "ratio_min": jnp.min(jnp.where(real, ratio, big)),
            "ratio_max": jnp.max(jnp.where(real, ratio, -big))}
   return loss, stats
+
+
+def replayed(batch, total_len: int):
+  """forward's `routing` for a batch with "routing" ([b, Tr, L_moe, k], the sampler's experts to
+  replay, `transformer.replay_window`), else None."""
+  return None if "routing" not in batch else replay_window(batch["routing"], total_len)
 
 
 def _split(tree, parts: int):
@@ -367,7 +383,10 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     between the trainer's and the sampler's log-probs), clip_fraction, dual_clip_fraction (dual-clip),
     value_clip_fraction, value_mean (PPO), ratio_mean; for a model with experts moe/aux_loss
     (the load-balancing loss, before its coefficient; the loss includes coef x it) and
-    moe/expert_load_max (E x the largest expert's share of a layer's assignments, 1 = balanced);
+    moe/expert_load_max (E x the largest expert's share of a layer's assignments, 1 = balanced)
+    and, with sampler_experts in the batch, moe/routing_mismatch (`moe.routing_mismatch`: the
+    token mean of the fraction of MoE layers whose top-k set differs from the sampler's, in the
+    first optimizer update, with the parameters that sampled; 0 under routing replay);
     ratio_min, ratio_max; grad_norm (before
     clipping), update_norm, learning_rate, critic_grad_norm (PPO); the gradient noise scale
     inputs (McCandlish et al. 2018; B_simple = tr(Sigma) / |G|^2 from them, see design.md):
@@ -376,7 +395,8 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     gns_grad_sq_big, |g_big|^2 of the minibatch's gradient (= grad_norm^2), and gns_batch_small,
     gns_batch_big, the responses in each (B_small, B_big; equal, so no estimate, on one device
     with rl.microbatches = 1). All averaged over the epochs x minibatches updates, except
-    ratio_min / ratio_max (extremes), learning_rate (last) and sampler_trainer_k3 (first).
+    ratio_min / ratio_max (extremes), learning_rate (last), sampler_trainer_k3 and
+    moe/routing_mismatch (first).
   """
   rl = rl_cfg
   rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS_NAME))
@@ -409,6 +429,8 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     # The first optimizer update scores the batch with the parameters that sampled it: its k3 to
     # old_logp is the sampler-trainer mismatch, free of any update's drift.
     reduced["sampler_trainer_k3"] = metrics["approx_kl_old"][0, 0]
+  if "moe/routing_mismatch" in metrics:  # the sampler's parameters: the first update's forward
+    reduced["moe/routing_mismatch"] = metrics["moe/routing_mismatch"][0, 0]
   return state.replace(step=state.step + 1), reduced
 
 
@@ -469,8 +491,8 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
 
 def _forward_response(fn, model_config: ModelConfig, microbatches: Optional[int], devices):
   """pmapped fn(params, batch) -> [D, b, Tr] of `fn(params, output, response_tokens)` over
-  microbatches (output: `forward(..., head=False)` at the Tr response-predicting positions only),
-  0 where response_mask is 0."""
+  microbatches (output: `forward(..., head=False)` at the Tr response-predicting positions only,
+  replaying batch["routing"] when the batch has it), 0 where response_mask is 0."""
 
   def per_device(params, batch):
     tr = batch["response_mask"].shape[-1]
@@ -478,11 +500,12 @@ def _forward_response(fn, model_config: ModelConfig, microbatches: Optional[int]
     def one(mb):
       tokens = mb["tokens"]
       out = forward(params, model_config, tokens, mb["input_mask"], head=False,
-                    outputs=response_positions(tokens.shape[1], tr))
+                    outputs=response_positions(tokens.shape[1], tr),
+                    routing=replayed(mb, tokens.shape[1]))
       return jnp.where(mb["response_mask"] > 0, fn(params, out, tokens[:, -tr:]), 0.0)
 
     count = microbatch_count(microbatches, *batch["tokens"].shape)
-    parts = _split({k: batch[k] for k in ("tokens", "input_mask", "response_mask")}, count)
+    parts = _split({k: batch[k] for k in PASS_KEYS if k in batch}, count)
     out = jax.lax.map(one, parts)
     return out.reshape((-1,) + out.shape[2:])
 

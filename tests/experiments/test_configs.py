@@ -83,6 +83,7 @@ def _check_moe_run(workdir, policy):
   trained = [r for r in records if "train/moe/aux_loss" in r]
   assert trained and all(r["train/moe/expert_load_max"] >= 1.0 for r in trained)
   assert all(0.0 < r["train/moe/aux_loss"] < 8.0 for r in trained)  # E * sum f P < E
+  assert all(0.0 <= r["train/moe/routing_mismatch"] <= 1.0 for r in trained)
   transformers = pytest.importorskip("transformers")
   model = transformers.AutoModelForCausalLM.from_pretrained(str(policy))
   assert type(model).__name__ == "Qwen3MoeForCausalLM"

@@ -234,3 +234,59 @@ def test_kv_cached_decode_equals_the_full_forward(random_params):
   np.testing.assert_allclose(jnp.concatenate(logits, 1), full.logits, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(jnp.concatenate(experts, 2), full.moe.experts)
 
+
+
+def test_replayed_routing_by_hand():
+  _, own, probs = moe.route(LOGITS, 2, norm_topk_prob=True)
+  replay = jnp.asarray([[3, 2], [-1, 0]], jnp.int32)  # token 0 replayed, token 1 routes itself
+  weights, experts = moe.replayed_routing(probs, own, replay, norm_topk_prob=True)
+  np.testing.assert_array_equal(experts, [[3, 2], [0, 2]])
+  # Token 0: the trainer's probabilities of experts 3 and 2, 0.1 and 0.2, renormalised; token 1:
+  # its own top-2 weights (0.5 / 0.8, 0.3 / 0.8).
+  np.testing.assert_allclose(weights, [[1 / 3, 2 / 3], [5 / 8, 3 / 8]], rtol=1e-6)
+  raw, _ = moe.replayed_routing(probs, own, replay, norm_topk_prob=False)
+  np.testing.assert_allclose(raw, [[0.1, 0.2], [0.5, 0.3]], rtol=1e-6)
+
+
+def test_routing_mismatch_counts_differing_sets_per_layer():
+  # 2 tokens x 2 layers x top-2. Token 0: layer 0 the same set in another order, layer 1 {2, 3}
+  # vs {2, 1}: half its layers differ. Token 1: both layers agree.
+  sampler = jnp.asarray([[[0, 1], [2, 3]], [[1, 3], [0, 2]]])
+  trainer = jnp.asarray([[[1, 0], [2, 1]], [[3, 1], [0, 2]]])
+  np.testing.assert_array_equal(moe.routing_mismatch(sampler, trainer), [0.5, 0.0])
+  with pytest.raises(ValueError, match="routing shapes differ"):
+    moe.routing_mismatch(sampler, trainer[:1])
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_replaying_its_own_routing_changes_nothing_and_other_experts_are_used(random_params,
+                                                                              remat):
+  config = ModelConfig(**MOE, decoder_sparse_step=2, moe_dispatch="dense", remat=remat)
+  params = random_params(config)
+  tokens, mask = _tokens()
+  plain = tfm.forward(params, config, tokens, mask)
+  own = jnp.transpose(plain.moe.experts, (1, 2, 0, 3))  # [B, T, L_moe, k]
+  same = tfm.forward(params, config, tokens, mask, routing=own)
+  np.testing.assert_allclose(same.logits, plain.logits, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(same.moe.experts, plain.moe.experts)
+  # Other experts at positions 4 and 5 (each expert index + 1 mod E: a different set), -1
+  # (route itself) elsewhere: those positions use them, the earlier ones are untouched.
+  other = jnp.full_like(own, -1).at[:, 4:6].set((own[:, 4:6] + 1) % config.num_experts)
+  replayed = tfm.forward(params, config, tokens, mask, routing=other)
+  np.testing.assert_array_equal(replayed.moe.experts[:, :, 4:6],
+                                jnp.transpose(other[:, 4:6], (2, 0, 1, 3)))
+  np.testing.assert_allclose(replayed.logits[:, :4], plain.logits[:, :4], rtol=1e-6, atol=1e-6)
+  assert np.abs(np.asarray(replayed.logits[:, 4:]) - np.asarray(plain.logits[:, 4:])).max() > 1e-3
+  # Gradients flow through the replayed path (remat's custom VJP takes the routing as a
+  # non-differentiable input).
+  grads = jax.grad(lambda p: jnp.sum(tfm.forward(p, config, tokens, mask, routing=other).logits))(
+      params)
+  assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
+
+
+def test_replay_window_places_the_response_routing():
+  response = jnp.arange(2 * 3 * 1 * 2, dtype=jnp.int32).reshape(2, 3, 1, 2)
+  window = tfm.replay_window(response, 6)  # T = 6, Tr = 3: positions 2, 3, 4 predict the response
+  assert window.shape == (2, 6, 1, 2)
+  np.testing.assert_array_equal(window[:, 2:5], response)
+  assert (window[:, :2] == -1).all() and (window[:, 5] == -1).all()

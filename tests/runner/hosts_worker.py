@@ -55,7 +55,7 @@ def main(workdir: str, sft_cache: str, total_steps: int, out: str) -> None:
   arrays = {"offsets": np.asarray(offsets, np.int64)}
   for r, generated in enumerate(rounds):
     arrays.update({f"{r}/rollout/{k}": np.asarray(v)
-                   for k, v in generated.rollout._asdict().items()})
+                   for k, v in generated.rollout._asdict().items() if v is not None})
     arrays.update({f"{r}/{k}": np.asarray(getattr(generated, k))
                    for k in ("rewards", "scores", "correct")})
   np.savez(out, **arrays)

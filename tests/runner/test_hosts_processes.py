@@ -62,7 +62,8 @@ def _drawn(path):
   saved = np.load(path)
   count = len({k.split("/")[0] for k in saved.files if "/" in k})
   return saved["offsets"].tolist(), [
-      rollouts.Generated(Rollout(**{f: saved[f"{r}/rollout/{f}"] for f in Rollout._fields}),
+      rollouts.Generated(Rollout(**{f: saved[f"{r}/rollout/{f}"] for f in Rollout._fields
+                                    if f"{r}/rollout/{f}" in saved.files}),
                      saved[f"{r}/rewards"], saved[f"{r}/scores"], saved[f"{r}/correct"])
       for r in range(count)]
 

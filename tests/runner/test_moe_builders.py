@@ -1,7 +1,9 @@
 """Building a run with a mixture-of-experts policy: the built-in model takes the model section's
 MoE fields and exports as Qwen3-MoE; rl.old_logp defaults to "recompute" when the policy has
-experts; a dense model's warm-start cache key does not see the MoE fields."""
+experts; a dense model's warm-start cache key does not see the MoE fields; a MoE run logs the
+sampler-trainer routing mismatch, and routing replay zeroes it."""
 
+import json
 import os
 
 import pytest
@@ -63,3 +65,27 @@ def test_a_dense_models_model_section_without_moe_fields_builds_dense():
   model_config, params, _ = builders.build_model(config, tokenizer, lambda _: None)
   assert model_config.num_experts == 0 and model_config.model_type == "qwen3"
   assert "experts" not in params["layers_0"]["mlp"]
+
+
+def test_a_moe_run_logs_the_routing_mismatch_and_routing_replay_zeroes_it(tmp_path):
+  from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  mismatch = {}
+  for replay in (False, True):
+    config = _moe_tiny(sft__cache_dir=str(tmp_path / "sft"))
+    config.model.moe_routing_replay = replay
+    workdir = tmp_path / f"replay_{replay}"
+    train_and_evaluate(config, str(workdir))
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    mismatch[replay] = [r["train/moe/routing_mismatch"] for r in records
+                        if "train/moe/aux_loss" in r]
+  assert len(mismatch[False]) == 4 and all(0.0 <= m <= 1.0 for m in mismatch[False])
+  assert mismatch[True] == [0.0] * 4
+
+
+def test_routing_replay_needs_a_model_with_experts():
+  config = tiny_config()
+  config.model.moe_routing_replay = True
+  tokenizer = type("Tok", (), {"vocab_size": 40})()
+  model_config, _, _ = builders.build_model(config, tokenizer, lambda _: None)
+  with pytest.raises(ValueError, match="model.moe_routing_replay=True needs a model with experts"):
+    builders.routing_replay(config, model_config)

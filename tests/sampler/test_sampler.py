@@ -351,3 +351,29 @@ def test_sampler_samples_per_prompt_equals_repeated_prompts_with_host_threads(
   np.testing.assert_array_equal(grouped.tokens, repeated.tokens)
   np.testing.assert_allclose(grouped.logp, repeated.logp, atol=1e-6)
   np.testing.assert_array_equal(grouped.response_mask, repeated.response_mask)
+
+
+MOE = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                  num_kv_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                  moe_intermediate_size=16, norm_topk_prob=True)
+
+
+def test_moe_rollout_records_the_routing_the_full_forward_chooses():
+  """Rollout.experts: per response token, each MoE layer's experts at the position predicting it
+  (KV-cached decode), equal to the full forward's there; -1 after the response ends; G rows of
+  a shared prefill each get the prompt's routing for token 0; a dense model records none."""
+  params = init_params(MOE, jax.random.key(1))
+  tokens, mask = _prompts()
+  rollout = generate(params, jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(2),
+                     model_config=MOE, max_new_tokens=TR, sampling=SamplingConfig(temperature=1.0),
+                     eos_ids=tuple(range(3, 13)), pad_id=0, samples_per_prompt=2)
+  assert rollout.experts.shape == (6, TR, 2, 2)  # [B, Tr, L_moe, k]
+  full = forward(params, MOE, rollout.tokens,
+                 jnp.concatenate([rollout.prompt_mask, rollout.response_mask], 1))
+  tp = rollout.prompt_mask.shape[1]
+  expected = jnp.transpose(full.moe.experts[:, :, tp - 1:-1], (1, 2, 0, 3))
+  real = np.asarray(rollout.response_mask) > 0
+  assert not real.all()  # some rows ended early
+  np.testing.assert_array_equal(np.asarray(rollout.experts)[real], np.asarray(expected)[real])
+  assert (np.asarray(rollout.experts)[~real] == -1).all()
+  assert _generate(tokens, mask).experts is None

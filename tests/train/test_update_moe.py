@@ -8,6 +8,7 @@ import numpy as np
 
 from rlscale.model import moe
 from rlscale.model.config import ModelConfig
+from rlscale.model import transformer as tfm
 from rlscale.model.transformer import forward, init_params
 from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.rl.aggregation import aggregate_loss
@@ -86,3 +87,51 @@ def test_coefficient_zero_removes_the_term_and_its_router_gradient():
   np.testing.assert_allclose(m1["loss"] - m0["loss"], COEF * m0["moe/aux_loss"], rtol=1e-4)
   np.testing.assert_allclose(m1["pg_loss"], m0["pg_loss"], rtol=1e-6)
   assert m1["grad_norm"][0] != m0["grad_norm"][0]
+
+
+def _own_response_experts(params, host):
+  """The trainer's experts [B, Tr, L_moe, k] at the positions predicting the response tokens."""
+  tr = host["response_mask"].shape[1]
+  out = forward(params, MODEL, host["tokens"], host["input_mask"], head=False,
+                outputs=response_positions(host["tokens"].shape[1], tr))
+  return np.asarray(jnp.transpose(out.moe.experts, (1, 2, 0, 3)))
+
+
+def test_routing_mismatch_is_logged_and_routing_replay_removes_it():
+  """moe/routing_mismatch compares the batch's sampler_experts with the first update's routing:
+  0 for the trainer's own choices, 1 when every layer of every token chose another set (each
+  expert index + 1 mod E); replaying those ("routing") makes the trainer use them: 0 again,
+  and a different loss, the same as the one-device loss of a forward with that routing."""
+  rl = problem.rl_config("dapo", microbatches=2)
+  fn, state, host, params = _setup(rl, MODEL)
+  own = _own_response_experts(params, host)
+  other = (own + 1) % MODEL.num_experts
+
+  def metrics(**extra):
+    batch = update_lib.shard_batch({**host, **extra}, 1)
+    return jax.tree.map(lambda x: float(x[0]), fn(jax.tree.map(jnp.copy, state), batch,
+                                                 jax.random.key(0))[1])
+
+  plain = metrics()
+  assert "moe/routing_mismatch" not in plain
+  assert metrics(sampler_experts=own)["moe/routing_mismatch"] == 0.0
+  assert metrics(sampler_experts=other)["moe/routing_mismatch"] == 1.0
+  replayed = metrics(sampler_experts=other, routing=other)
+  assert replayed["moe/routing_mismatch"] == 0.0
+  assert abs(replayed["loss"] - plain["loss"]) > 1e-4
+  # The replayed forward's own loss, by hand (token-mean clipped loss + coef x aux loss of each
+  # microbatch, the batch's halves).
+  mask = host["response_mask"]
+  tr = mask.shape[1]
+  routing = tfm.replay_window(jnp.asarray(other), host["tokens"].shape[1])
+  window = response_positions(host["tokens"].shape[1], tr)
+  half = mask.shape[0] // 2
+  logits = forward(params, MODEL, host["tokens"], host["input_mask"], routing=routing).logits
+  logp = response_logp(logits, host["tokens"], tr, rl.temperature)
+  adv = jnp.broadcast_to(host["advantages"][:, None], logp.shape)
+  token_loss, _ = ppo_clip(logp, host["old_logp"], adv, mask, clip_eps_low=0.2, clip_eps_high=0.28)
+  aux = sum(moe.load_balancing_loss(
+      forward(params, MODEL, host["tokens"][s], host["input_mask"][s], head=False, outputs=window,
+              routing=routing[s]).moe, MODEL.num_experts) for s in (slice(0, half), slice(half, None)))
+  expected = aggregate_loss(token_loss, mask, "token-mean") + COEF * aux / 2
+  np.testing.assert_allclose(replayed["loss"], expected, rtol=1e-5, atol=1e-7)
