@@ -652,17 +652,21 @@ def _validation(sweep_dir, meta, decisions, groups, memberships, row_args, runs)
              "measured_time_ratio": None, "measured_time_ratio_ci": None,
              "measured_verdict": None, "n_seeds": 0, "source": source or "not run"}
     if alone:
-      t_b, t_c, censored = {}, {}, False
-      for side, rows in ((t_b, groups[(d["lr_rule"], d["base"])]),
-                         (t_c, groups[(d["lr_rule"], d["candidate"])])):
+      t_b, t_c, censored_b, censored_c = {}, {}, set(), set()
+      for side, side_censored, rows in (
+          (t_b, censored_b, groups[(d["lr_rule"], d["base"])]),
+          (t_c, censored_c, groups[(d["lr_rule"], d["candidate"])])):
         for row in rows:
           val = alone.get(row["name"])
           if val is None:
             continue
           if val["censored"] or not val["measured_time_to_target_s"]:
-            censored = True
+            side_censored.add(_key(row))
             continue
           side[_key(row)] = val["measured_time_to_target_s"]
+      # Censoring counts on seed keys both sides ran only: a base run the candidate has no twin
+      # of (e.g. a robustness warm start shared by every rule at B0) is not in the ratio.
+      censored = bool((censored_b & (set(t_c) | censored_c)) | (censored_c & set(t_b)))
       paired, _ = _paired(t_c, t_b)
       if paired is not None:
         entry.update(measured_time_ratio=paired.ratio,

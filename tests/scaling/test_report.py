@@ -363,6 +363,16 @@ def test_minibatched_sweep_compares_curves_to_the_reference_batch_per_step(tmp_p
   assert "8 responses per step (4 per optimizer update" in report_writer.markdown(report, [])
 
 
+def _set_warm_start(path, *, sft_seed, eval_size):
+  """Marks the run at `path` as started from warm start `sft_seed`, evaluated on `eval_size`."""
+  with open(os.path.join(path, "config.json")) as f:
+    config = json.load(f)
+  config["config"]["sft"] = {"seed": sft_seed}
+  config["config"]["task"] = {"eval_size": eval_size}
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(config, f)
+
+
 def _three_seed_sweep(root, *, runs_dir="runs", eval_size=256, seconds=(1.0, 0.0, 1.0)):
   """B = 8 (reference) and B = 16 under `none`, 3 seeds on one warm start (sft.seed 0), budget
   64: the B = 16 runs reach the target with fewer responses (paired ratios 0.5, 0.5, 0.25)."""
@@ -379,12 +389,7 @@ def _three_seed_sweep(root, *, runs_dir="runs", eval_size=256, seconds=(1.0, 0.0
                        f"{name},seed={seed}", prompts=prompts, lr_scaling="none", seed=seed,
                        evals=evals, step_seconds=seconds, budget=64,
                        extra={"response/length_mean": 3.0})
-      with open(os.path.join(path, "config.json")) as f:
-        config = json.load(f)
-      config["config"]["sft"] = {"seed": 0}
-      config["config"]["task"] = {"eval_size": eval_size}
-      with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f)
+      _set_warm_start(path, sft_seed=0, eval_size=eval_size)
 
 
 def test_three_seeds_give_paired_intervals_and_verdicts(tmp_path):
@@ -541,6 +546,25 @@ def test_validation_claim_counts_only_resolved_measurements(tmp_path):
   assert "0 of 2 decisions resolved" in claim["text"] and claim["resolved"] is False
 
 
+def test_validation_counts_censoring_on_paired_seed_keys_only(tmp_path):
+  # As above (8 s per step at both batches: faster), plus a base run on a second warm start that
+  # never reaches the target, alone and in the sweep; the candidate has no twin of it, so it is
+  # out of the ratio and does not make the measurement censored.
+  root = str(tmp_path)
+  _three_seed_sweep(root)
+  _three_seed_sweep(os.path.join(root, "validation"), seconds=(4.0, 0.0, 4.0))
+  for where, seconds in ((root, (1.0, 0.0, 1.0)), (os.path.join(root, "validation"), (4.0, 0.0, 4.0))):
+    path = write_run(where, "b8w1,seed=0", prompts=4, lr_scaling="none", seed=0,
+                     evals={0: 0.2, 16: 0.3, 32: 0.3, 48: 0.4, 64: 0.4}, step_seconds=seconds,
+                     budget=64, extra={"response/length_mean": 3.0})
+    _set_warm_start(path, sft_seed=1, eval_size=256)
+  report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
+  v = next(v for v in report["validation"] if v["lr_rule"] == "none")
+  # Per seed (N*_c / 2) / N*_b on the equal clocks: 0.25, 0.25, 0.125.
+  assert v["n_seeds"] == 3 and v["measured_time_ratio"] == pytest.approx(2 ** (-7 / 3))
+  assert v["measured_verdict"] == "faster"
+
+
 def test_decisions_split_by_warm_start(tmp_path):
   root = str(tmp_path)
   _three_seed_sweep(root)
@@ -550,12 +574,7 @@ def test_decisions_split_by_warm_start(tmp_path):
                                  ("b16w1", 8, {0: 0.2, 16: 0.3, 32: 0.4, 48: 0.4, 64: 0.4})):
       path = write_run(root, f"{name},seed={seed}", prompts=prompts, lr_scaling="none",
                        seed=seed, evals=evals, step_seconds=(1.0, 0.0, 1.0), budget=64)
-      with open(os.path.join(path, "config.json")) as f:
-        config = json.load(f)
-      config["config"]["sft"] = {"seed": 1}
-      config["config"]["task"] = {"eval_size": 256}
-      with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f)
+      _set_warm_start(path, sft_seed=1, eval_size=256)
   report = report_lib.build_report(root, target=0.5, window=1, allow_weak_target=True)
   pooled = next(d for d in report["decisions"] if d["lr_rule"] == "none")
   assert pooled["n_seeds"] == 6 and pooled["censored"] and pooled["verdict"] == "unresolved"
