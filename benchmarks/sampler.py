@@ -188,7 +188,9 @@ def time_transformers(directory, batch, repeats) -> Timing:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(2)
-  model = transformers.Qwen3ForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+  # The class the checkpoint names (Qwen3ForCausalLM for W1, Qwen3MoeForCausalLM for W1-MoE).
+  model = transformers.AutoModelForCausalLM.from_pretrained(directory,
+                                                            dtype=torch.float32).eval()
   tokens, mask = prompts(batch, model.config.vocab_size)
   tokens, mask = torch.from_numpy(tokens).long(), torch.from_numpy(mask).long()
 
