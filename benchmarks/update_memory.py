@@ -49,6 +49,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import jax
 
@@ -119,24 +120,33 @@ def state_table(sizes=tuple(QWEN3_SIZES)) -> tuple[list[dict], str]:
   return rows, "\n".join(lines)
 
 
-# The --sharded entries: name -> (label, model fields, mesh section, rows of the microbatch).
-# Each has one 4,096-token row per device. Qwen3-30B-A3B (its config.json: 48 layers, 128
-# experts, 8 per token, expert width 768) shards its experts over `expert` and runs the ragged
-# grouped-matmul dispatch (an accelerator's "auto"; the dense path would compute all 128 experts).
+class ShardedModel(NamedTuple):
+  """One --sharded entry: its label, ModelConfig fields, mesh section and microbatch rows."""
+  label: str
+  fields: dict
+  mesh: dict
+  rows: int
+
+
+# The --sharded entries, each with one 4,096-token row per device. Qwen3-30B-A3B (its
+# config.json: 48 layers, 128 experts, 8 per token, expert width 768) shards its experts over
+# `expert` and runs the ragged grouped-matmul dispatch (an accelerator's "auto"; the dense path
+# would compute all 128 experts).
 SHARDED_MODELS = {
-    "qwen3_8b": ("Qwen3-8B", dict(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288,
-                                  num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128),
-                 {"data": 1, "fsdp": 8, "tensor": 1}, 8),
-    "qwen3_32b": ("Qwen3-32B", dict(vocab_size=151_936, hidden_size=5120,
-                                    intermediate_size=25_600, num_layers=64, num_heads=64,
-                                    num_kv_heads=8, head_dim=128),
-                  {"data": 1, "fsdp": 8, "tensor": 4}, 8),
-    "qwen3_30b_a3b": ("Qwen3-30B-A3B", dict(vocab_size=151_936, hidden_size=2048,
-                                            intermediate_size=6144, num_layers=48, num_heads=32,
-                                            num_kv_heads=4, head_dim=128, num_experts=128,
-                                            num_experts_per_tok=8, moe_intermediate_size=768,
-                                            norm_topk_prob=True, moe_dispatch="ragged"),
-                      {"data": 1, "fsdp": 8, "tensor": 1, "expert": 8}, 64),
+    "qwen3_8b": ShardedModel(
+        "Qwen3-8B", dict(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288,
+                         num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128),
+        {"data": 1, "fsdp": 8, "tensor": 1}, rows=8),
+    "qwen3_32b": ShardedModel(
+        "Qwen3-32B", dict(vocab_size=151_936, hidden_size=5120, intermediate_size=25_600,
+                          num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128),
+        {"data": 1, "fsdp": 8, "tensor": 4}, rows=8),
+    "qwen3_30b_a3b": ShardedModel(
+        "Qwen3-30B-A3B", dict(vocab_size=151_936, hidden_size=2048, intermediate_size=6144,
+                              num_layers=48, num_heads=32, num_kv_heads=4, head_dim=128,
+                              num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+                              norm_topk_prob=True, moe_dispatch="ragged"),
+        {"data": 1, "fsdp": 8, "tensor": 1, "expert": 8}, rows=64),
 }
 
 
@@ -180,7 +190,8 @@ def sharded_entry(name: str, layers: int = 0, prompt_len: int = 2048,
   return {"model": label,
           "layers": model.num_layers, "mesh": mesh_cfg, "devices": jax.device_count(),
           "num_params": model.num_params(),
-          "num_params_active": model.num_params(active=True), "rows": rows, "prompt_len": prompt_len,
+          "num_params_active": model.num_params(active=True), "rows": rows,
+          "prompt_len": prompt_len,
           "response_len": response_len, "dtype": model.dtype, "param_dtype": model.param_dtype,
           "remat": True, "per_device_bytes": memory.argument_bytes + memory.output_bytes
           + memory.temp_bytes, "per_device_peak_bytes": memory.peak_bytes,
@@ -199,7 +210,7 @@ def run_sharded(out_dir: str, models: list[str], layers: int) -> None:
       existing = json.load(f)
   entries = existing.get("sharded", [])
   for name in models:
-    devices = math.prod(SHARDED_MODELS[name][2].values())
+    devices = math.prod(SHARDED_MODELS[name].mesh.values())
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--out", out_dir,
