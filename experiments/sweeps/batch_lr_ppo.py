@@ -11,20 +11,21 @@ Design, fixed here before any run:
 - Warm start, budget, evaluation, schedule, noise scale: as batch_lr.py (one warm start shared by
   every RL seed, sft.seed = 0; 65,536 responses; cosine schedule in responses; evaluation every
   4,096 responses on the whole held-out set of 841 questions; two microbatch slices for the GNS).
-- Target and seeds: NOT fixed yet. The pilot (`:pilot`, 20 runs: PILOT_SEEDS under `none` and
-  `sqrt` at every batch) measures the warm start, where B0's curves cross mid-budget and the spread
-  of the paired log N* ratios; TARGET_VALUE (>= 5 SE above the warm start, crossed mid-budget at
-  B0) and SEEDS (decision.seeds_needed for about +-15%, or the smallest effect reported) are then
-  written here with the pilot's numbers, as batch_lr.py's PILOT records its own. Until then the
-  full study refuses to plan (one line), so nothing runs on a target chosen after the fact.
+- Target and seeds: fixed after the pilot (PILOT below): TARGET_VALUE and SEEDS. The pilot's 20
+  runs are runs of this design (seeds 0-3, `none` and `sqrt`), so the study keeps them.
 - Cost (estimated, not measured on this design): the earlier PPO study's 20 runs of 32,768
   responses took 18 min 41 s at --parallel=2 on 2 cores; the pilot's 20 runs of 65,536 about twice
   that.
 
-The pilot, then its report (the target given by hand and flagged, since none is stated yet):
+The pilot, then its report (experiments/results/batch_lr_ppo_pilot/, at the target fixed below):
 
   python -m rlscale.sweep --config=experiments/sweeps/batch_lr_ppo.py:pilot --workdir=runs/batch_lr_ppo --parallel=2
-  python -m rlscale.report runs/batch_lr_ppo --target=0.6 --allow_weak_target --out=runs/batch_lr_ppo/pilot_report
+  python -m rlscale.report runs/batch_lr_ppo --target=0.75 --out=runs/batch_lr_ppo/pilot_report
+
+The study (in the pilot's workdir, which it reuses), then its report:
+
+  python -m rlscale.sweep --config=experiments/sweeps/batch_lr_ppo.py --workdir=runs/batch_lr_ppo --parallel=2
+  python -m rlscale.report runs/batch_lr_ppo
 
 The committed PPO study (experiments/results/batch_lr_ppo/) predates this design: B = 64 .. 512,
 two seeds each on its own warm start, 32,768 responses (see README, "The committed studies").
@@ -43,9 +44,26 @@ PROMPTS_PER_STEP = (64, 256, 1024)  # G = 1: B = P
 LR0 = 1e-4  # the earlier PPO study's lr0; the grid reaches x1/4 .. x4 around sqrt
 LR_MULTIPLIERS = GRPO.LR_MULTIPLIERS
 PILOT_SEEDS = (0, 1, 2, 3)
-SEEDS = None  # from the pilot's power calculation
+SEEDS = tuple(range(8))  # from the pilot's power calculation (PILOT)
 TARGET_METRIC = GRPO.TARGET_METRIC
-TARGET_VALUE = None  # from the pilot
+TARGET_VALUE = 0.75  # 14 SE above the warm start 0.509 on 841 prompts (SE 0.0172), after the pilot
+PILOT = """\
+The pilot (2026-12-04): the 20 runs of `:pilot` (RL seeds 0-3 on the shared warm start, `none`
+and `sqrt` at B = 64, 256, 1024, lr0 1e-4, 65,536 responses, --parallel=2, ~38 min on 2 cores).
+- Learning: warm start 0.509; final held-out greedy accuracy 0.82-0.95 at B = 64, 0.89-0.92 at
+  B0 = 256, 0.77-0.89 at B = 1024. The GRPO study's 0.60 is crossed at 4,300-6,400 responses at
+  B0 (~8% of the budget), far too early to tell batches apart.
+- Target: B0's curves at 32,768 responses (mid-budget) read 0.78-0.84, so 0.75: 14 SE above the
+  warm start, B0's sustained crossings at 18,300-28,400 responses (28-43% of the budget), every
+  pilot run reaching it (the slowest, `none` at B = 1024, at 44,300 responses, final 0.77; at
+  0.80, three of its four seeds never get there).
+- Spread (target 0.75): the sd over seeds of the paired log N* ratio against B = 64 was 0.22 and
+  0.25 (`none`, B = 256 and 1024), 0.31 and 0.24 (`sqrt`); median ~0.25, as in the GRPO pilot.
+- Power: +-15% needs 13-22 seeds (17 at sd 0.25): with 17 runs per seed, ~100 s of the 2-core
+  machine each, that is 6-10 h, beyond the ~4-hour budget. With 8 seeds (116 runs beyond the
+  pilot's 20, ~3.2 h) the half width is t(7) 0.25 / sqrt(8) = 0.21: ratios known to about
+  x/1.23, so the smallest effect this study reports is ~25%.
+"""
 ARGS = GRPO.ARGS
 
 
@@ -74,11 +92,11 @@ def get_config(arg=None):
 
 
 def get_target(arg=None):
-  """The pre-registered target, None until the pilot has fixed it (the smoke's is its own)."""
+  """The pre-registered target (PILOT); the pilot has none, the smoke its own."""
   GRPO.check_arg(arg, ARGS)
   if arg == "smoke":
     return {"metric": TARGET_METRIC, "value": 0.2}
-  if arg == "pilot" or TARGET_VALUE is None:
+  if arg == "pilot":
     return None
   return {"metric": TARGET_METRIC, "value": TARGET_VALUE}
 
@@ -94,16 +112,12 @@ def study_runs(seeds):
 
 
 def get_sweep(arg=None):
-  """The runs as flat override dicts. Raises ValueError for the full study while SEEDS or
-  TARGET_VALUE are unset (the pilot fixes them)."""
+  """The runs as flat override dicts: the smoke's, the pilot's (a subset of the study's) or the
+  study's."""
   GRPO.check_arg(arg, ARGS)
   if arg == "smoke":
     return batch_lr_grid(prompts_per_step=(4, 8), seeds=(0, 1), learning_rate=GRPO.SMOKE_LR0)
   if arg == "pilot":
     return [r for r in study_runs(PILOT_SEEDS) if "optim.learning_rate" not in r
             and r["optim.lr_scaling"] in ("none", "sqrt")]
-  if SEEDS is None or TARGET_VALUE is None:
-    raise ValueError("batch_lr_ppo.py: SEEDS and TARGET_VALUE are fixed by the pilot; run "
-                     "--config=experiments/sweeps/batch_lr_ppo.py:pilot first and write them in "
-                     "the file with the pilot's numbers")
   return study_runs(SEEDS)

@@ -66,7 +66,7 @@ def test_evaluation_is_the_whole_held_out_set():
 PPO = os.path.join(ROOT, "experiments", "sweeps", "batch_lr_ppo.py")
 
 
-def test_ppo_design_follows_the_grpo_rules_and_waits_for_its_pilot(tmp_path):
+def test_ppo_design_follows_the_grpo_rules_and_keeps_its_pilot(tmp_path):
   module = sweep.load_sweep_module(PPO)
   base, pilot, _ = sweep.plan_sweep(PPO, str(tmp_path), arg="pilot")
   # 4 seeds x (3 batches x {none, sqrt}, merged at B0 where both give lr0) = 20 runs.
@@ -80,8 +80,14 @@ def test_ppo_design_follows_the_grpo_rules_and_waits_for_its_pilot(tmp_path):
   # sqrt_adam at both extremes, planned from the same function the full sweep will use.
   runs = sweep.plan(base, module.study_runs((0,)), str(tmp_path))
   assert len(runs) == 17
-  assert {r.name for r in pilot} <= {r.name for r in sweep.plan(
-      base, module.study_runs(module.PILOT_SEEDS), str(tmp_path))}
+  _, study, _ = sweep.plan_sweep(PPO, str(tmp_path))
+  assert len(study) == 17 * len(module.SEEDS)
+  # The pilot's runs are runs of the study, under the same names, so its workdir is reused.
+  assert {r.name for r in pilot} <= {r.name for r in study}
   assert sweep.get_target(PPO, "pilot") is None
-  with pytest.raises(ValueError, match="fixed by the pilot"):
-    sweep.get_sweep(PPO, None)
+  assert sweep.get_target(PPO, None) == {"metric": MODULE.TARGET_METRIC,
+                                         "value": module.TARGET_VALUE}
+  # Pre-registered at least 5 standard errors above the pilot's warm start on 841 questions.
+  warm_start = 0.509
+  standard_error = (warm_start * (1 - warm_start) / MODULE.HELD_OUT_QUESTIONS) ** 0.5
+  assert module.TARGET_VALUE >= warm_start + 5 * standard_error
