@@ -2,6 +2,11 @@
 starts: XLA_FLAGS=--xla_force_host_platform_device_count=8).
 
   python -m tests.parallel.sharded_update_worker
+  python -m tests.parallel.sharded_update_worker process ID PORT OUT
+      (with 2 host devices per process): one of two processes joined by jax.distributed on
+      localhost, the step on a {data: 2, fsdp: 2} mesh over both processes' 4 devices, each
+      process passing only its own half of the rows; saves the parameters after two steps and the
+      last loss to OUT (.npz).
 
 Runs two update steps of the shared tiny problem (tests/train/update_problem.py) with the jitted
 global-view step on each mesh and with the one-device pmap step, and prints one JSON line: per
@@ -11,12 +16,14 @@ sharding, and the rows each device holds of the batch.
 """
 
 import json
+import sys
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import multihost_utils
 
 from rlscale.parallel import data as data_lib
 from rlscale.parallel import mesh as mesh_lib
@@ -24,6 +31,7 @@ from rlscale.parallel import shardings as shardings_lib
 from rlscale.parallel import update as parallel_update
 from rlscale.train import state as state_lib
 from rlscale.train import update as update_lib
+from tests.timeouts import hang_timeout
 from tests.train import update_problem as problem
 
 CASES = {  # name: (algorithm, rl fields, (data, fsdp, tensor))
@@ -130,6 +138,40 @@ def compare() -> dict:
   return results
 
 
+TWO_PROCESS_MESH = (2, 2, 1)  # data, fsdp, tensor over 2 processes x 2 devices
+
+
+def run_process(process_id: int, port: int, out: str) -> None:
+  """One process of the two-process test: the sharded step on TWO_PROCESS_MESH, this process's
+  rows only (`data_lib.global_batch`); params (gathered from both processes) and loss to `out`."""
+  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                             process_id=process_id, initialization_timeout=int(hang_timeout(30)))
+  rl = problem.rl_config("grpo", kl_coef=0.1)
+  tx = problem.make_optimizer(rl)
+  params, critic = problem.initial_params(rl)
+  host = problem.host_batch(rl, params, critic, devices=jax.local_devices()[:1])
+  half = len(host["tokens"]) // 2
+  mine = {k: v[process_id * half:(process_id + 1) * half] for k, v in host.items()}
+  mesh = mesh_lib.make_mesh(mesh_lib.mesh_config(*TWO_PROCESS_MESH), jax.devices())
+  fn = parallel_update.make_sharded_update_fn(problem.MODEL, rl, tx, mesh)
+  state = shardings_lib.put_on_mesh(state_lib.create_train_state(params, tx, critic_params=critic),
+                                    fn.state_shardings)
+  batch = data_lib.global_batch(mine, mesh)
+  for i in range(2):
+    state, metrics = fn(state, batch, jax.random.key(100 + i))
+  gathered = multihost_utils.process_allgather(state.params, tiled=True)
+  flat = {jax.tree_util.keystr(path): np.asarray(leaf)
+          for path, leaf in jax.tree_util.tree_flatten_with_path(gathered)[0]}
+  flat["__loss__"] = np.asarray(multihost_utils.process_allgather(metrics["loss"], tiled=True))
+  flat["__rows_per_device__"] = np.asarray(sorted(
+      {s.data.shape[0] for s in batch["tokens"].addressable_shards}))
+  np.savez(out, **flat)
+  jax.distributed.shutdown()
+
+
 if __name__ == "__main__":
-  assert jax.device_count() == 8, jax.devices()
-  print(json.dumps(compare()))
+  if len(sys.argv) > 1 and sys.argv[1] == "process":
+    run_process(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+  else:
+    assert jax.device_count() == 8, jax.devices()
+    print(json.dumps(compare()))

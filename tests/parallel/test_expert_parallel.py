@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
+from rlscale.model import moe
 from rlscale.parallel import mesh as mesh_lib
 from rlscale.parallel import rules
 
@@ -39,10 +41,28 @@ def test_update_step_metrics_equal_one_device(results):
       assert rel <= 1e-5, (name, key, rel)
 
 
+def test_ragged_dispatch_exchanges_tokens_explicitly(results):
+  # ragged runs moe.expert_parallel_dispatch (shard_map: all-gather, reduce-scatter); dense
+  # keeps the exchange XLA derives.
+  assert results["fsdp2_expert4_ragged"]["explicit_exchange"]
+  assert results["tensor2_expert4_ragged"]["explicit_exchange"]
+  assert not results["data2_tensor2_expert2_dense"]["explicit_exchange"]
+
+
+def test_expert_parallel_needs_an_expert_axis_dividing_the_rows():
+  mesh = AbstractMesh((1, 2, 1, 4), ("data", "fsdp", "tensor", "expert"))
+  assert moe.expert_parallel(mesh, 16)
+  assert not moe.expert_parallel(mesh, 12)  # 12 rows over 2 x 4 devices
+  assert not moe.expert_parallel(AbstractMesh((2, 2, 2), ("data", "fsdp", "tensor")), 16)
+  assert not moe.expert_parallel(AbstractMesh((8, 1, 1, 1), ("data", "fsdp", "tensor", "expert")), 16)
+  assert not moe.expert_parallel(jax.sharding.get_abstract_mesh(), 16)  # no mesh in effect
+
+
 def test_expert_kernels_are_split_over_the_expert_axis(results):
   # [E = 8, hidden 32, I 16] over expert (and fsdp on hidden, tensor on I).
   assert results["fsdp2_expert4_ragged"]["expert_shard"] == [2, 16, 16]
   assert results["data2_tensor2_expert2_dense"]["expert_shard"] == [4, 32, 8]
+  assert results["tensor2_expert4_ragged"]["expert_shard"] == [2, 32, 8]
   assert results["fsdp2_expert4_ragged"]["state_expert_spec"] == ["expert", "fsdp", "None"]
 
 
@@ -61,7 +81,6 @@ def test_expert_rules_and_mesh_axes():
 
 
 def test_every_moe_parameter_is_named():
-  import jax  # pylint: disable=g-import-not-at-top
   from rlscale.model.config import ModelConfig  # pylint: disable=g-import-not-at-top
   from rlscale.model.transformer import PARAM_LOGICAL_AXES, init_params  # pylint: disable=g-import-not-at-top
   config = ModelConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_layers=2,

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.timeouts import hang_timeout
+from tests.train import two_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA_ONLY = ("data1", "data2", "data4", "data8")
@@ -52,3 +53,15 @@ def test_state_keeps_its_sharding_and_is_sharded(results):
   # 16 rows over data x fsdp: 16 / 8 = 2 on (2, 4, 1), 16 / 4 = 4 on (2, 2, 2), all 16 on (1, 1, 8).
   rows = {k: results[k]["rows_per_device"] for k in ("mesh241", "mesh222", "mesh118", "data1")}
   assert rows == {"mesh241": [2], "mesh222": [4], "mesh118": [16], "data1": [16]}
+
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_mesh_match_one_device(tmp_path):
+  # Two processes x 2 devices, a {data: 2, fsdp: 2} mesh over all 4, each process passing only
+  # its half of the rows: the same params after two steps as the one-process one-device step.
+  saved = two_processes.run("tests.parallel.sharded_update_worker", tmp_path,
+                            devices_per_process=2, timeout_s=300)
+  two_processes.assert_match_one_process(saved, params_atol=1e-4)
+  for out in saved:
+    assert list(out["__rows_per_device__"]) == [4]  # 16 rows over data x fsdp = 4 devices

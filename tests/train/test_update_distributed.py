@@ -3,16 +3,13 @@ by jax.distributed on localhost. Both run in subprocesses: XLA_FLAGS must be set
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
-import jax
-import numpy as np
 import pytest
 
-from tests.train import update_problem as problem
 from tests.timeouts import hang_timeout
+from tests.train import two_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,25 +37,9 @@ def test_same_update_on_1_2_4_8_devices_and_4_microbatches():
   assert [results[f"grpo_D{d}"]["gns_batch_small"] for d in (2, 4, 8)] == [8.0, 4.0, 2.0]
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
 
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
-  port = _free_port()
-  outs = [str(tmp_path / f"process{i}.npz") for i in range(2)]
-  procs = [subprocess.Popen([sys.executable, "-m", "tests.train.update_worker", "process", str(i),
-                             str(port), outs[i]], cwd=ROOT, env=_env(2), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
-  logs = [p.communicate(timeout=hang_timeout(150))[0] for p in procs]
-  assert all(p.returncode == 0 for p in procs), "\n".join(log[-2000:] for log in logs)
-  reference = problem.run_updates(problem.rl_config("grpo", kl_coef=0.1))
-  flat = {jax.tree_util.keystr(path): np.asarray(leaf)
-          for path, leaf in jax.tree_util.tree_flatten_with_path(reference.params)[0]}
-  for out in outs:
-    saved = np.load(out)
-    assert max(float(np.max(np.abs(saved[k] - flat[k]))) for k in flat) < 1e-6
-    np.testing.assert_allclose(saved["__loss__"], reference.metrics[-1]["loss"][0], rtol=1e-5)
+  saved = two_processes.run("tests.train.update_worker", tmp_path, devices_per_process=2,
+                            timeout_s=150)
+  two_processes.assert_match_one_process(saved, params_atol=1e-6)
