@@ -42,6 +42,14 @@ CASES = {  # name: (algorithm, rl fields, (data, fsdp, tensor))
                                     (1, 2, 2)),
     "ppo_mesh222": ("ppo", {}, (2, 2, 2)),
 }
+# Cases whose policy is rematerialised (model fields), against the one-device step without remat:
+# recomputing each layer in the backward on a mesh must give the same numbers, under both remat
+# implementations.
+REMAT_CASES = {  # name: (algorithm, rl fields, (data, fsdp, tensor), model fields)
+    "mesh241_remat": ("grpo", {"kl_coef": 0.1}, (2, 4, 1), {"remat": True}),
+    "mesh122_remat_checkpoint": ("grpo", {"kl_coef": 0.1}, (1, 2, 2),
+                                 {"remat": True, "remat_impl": "checkpoint"}),
+}
 
 
 class Recorded(NamedTuple):
@@ -67,10 +75,10 @@ def _host(tree):
   return jax.tree.map(np.asarray, jax.device_get(tree))
 
 
-def _reference(rl, tx, params, critic, host):
+def _reference(rl, tx, params, critic, host, model):
   """Per step (state after it on the host, metrics) of the one-device pmap step."""
   device = jax.devices()[:1]
-  fn = update_lib.make_update_fn(problem.MODEL, rl, tx, devices=device)
+  fn = update_lib.make_update_fn(model, rl, tx, devices=device)
   state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic), device)
   batch = update_lib.shard_batch(host, 1)
   out = []
@@ -80,12 +88,12 @@ def _reference(rl, tx, params, critic, host):
   return out
 
 
-def _sharded(rl, tx, params, critic, host, shape):
+def _sharded(rl, tx, params, critic, host, shape, model):
   """Per step (state on the host, metrics) of the jitted step on a mesh of `shape`, whether the
   state kept its shardings, and the batch rows per device."""
   devices = jax.devices()[:int(np.prod(shape))]
   mesh = mesh_lib.make_mesh(mesh_lib.mesh_config(*shape), devices)
-  fn = parallel_update.make_sharded_update_fn(problem.MODEL, rl, tx, mesh)
+  fn = parallel_update.make_sharded_update_fn(model, rl, tx, mesh)
   state = shardings_lib.put_on_mesh(state_lib.create_train_state(params, tx, critic_params=critic),
                                     fn.state_shardings)
   batch = data_lib.global_batch(host, mesh)
@@ -113,16 +121,18 @@ def _max_diff(a, b) -> float:
 def compare() -> dict:
   results = {}
   references = {}
-  for name, (algorithm, fields, shape) in CASES.items():
+  cases = {**{k: v + ({},) for k, v in CASES.items()}, **REMAT_CASES}
+  for name, (algorithm, fields, shape, model_fields) in cases.items():
     rl = problem.rl_config(algorithm, **fields)
     tx = recording(problem.make_optimizer(rl))
     params, critic = problem.initial_params(rl)
     host = problem.host_batch(rl, params, critic, devices=jax.devices()[:1])
     key = (algorithm, tuple(sorted(fields.items())))
     if key not in references:
-      references[key] = _reference(rl, tx, params, critic, host)
+      references[key] = _reference(rl, tx, params, critic, host, problem.MODEL)
     reference = references[key]
-    run, kept, rows, q_shard = _sharded(rl, tx, params, critic, host, shape)
+    run, kept, rows, q_shard = _sharded(rl, tx, params, critic, host, shape,
+                                        problem.MODEL.replace(**model_fields))
     (ref1, ref_m1), (ref2, _) = reference
     (run1, run_m1), (run2, _) = run
     results[name] = {

@@ -13,7 +13,8 @@ from tests.train import two_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA_ONLY = ("data1", "data2", "data4", "data8")
-SHARDED = ("mesh241", "mesh222", "mesh118", "mesh181", "mesh122_minibatches2_micro2", "ppo_mesh222")
+SHARDED = ("mesh241", "mesh222", "mesh118", "mesh181", "mesh122_minibatches2_micro2", "ppo_mesh222",
+           "mesh241_remat", "mesh122_remat_checkpoint")
 
 
 @pytest.fixture(scope="module")
