@@ -27,7 +27,7 @@ The study (in the pilot's workdir, which it reuses), then its report:
   python -m rlscale.sweep --config=experiments/sweeps/batch_lr_ppo.py --workdir=runs/batch_lr_ppo --parallel=2
   python -m rlscale.report runs/batch_lr_ppo
 
-The committed PPO study (experiments/results/batch_lr_ppo/) predates this design: B = 64 .. 512,
+The earlier PPO study (experiments/results/batch_lr_ppo_2seeds/) predates this design: B = 64 .. 512,
 two seeds each on its own warm start, 32,768 responses (see README, "The committed studies").
 Smoke version (seconds): `--config=experiments/sweeps/batch_lr_ppo.py:smoke`.
 """
