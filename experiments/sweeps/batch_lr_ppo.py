@@ -27,6 +27,13 @@ The study (in the pilot's workdir, which it reuses), then its report:
   python -m rlscale.sweep --config=experiments/sweeps/batch_lr_ppo.py --workdir=runs/batch_lr_ppo --parallel=2
   python -m rlscale.report runs/batch_lr_ppo
 
+Finished runs are committed as they finish (experiments/results/batch_lr_ppo/runs/, metrics
+gzipped); the sweep skips every run with a summary.json, so it continues from them. The warm start
+is the GRPO study's (same SFT fields, the same cache key), so its committed cache file is reused:
+
+  mkdir -p runs/batch_lr_ppo/sft && cp -r experiments/results/batch_lr_ppo/runs runs/batch_lr_ppo/
+  cp experiments/results/batch_lr/sft/*.msgpack runs/batch_lr_ppo/sft/
+
 The earlier PPO study (experiments/results/batch_lr_ppo_2seeds/) predates this design: B = 64 .. 512,
 two seeds each on its own warm start, 32,768 responses (see README, "The committed studies").
 Smoke version (seconds): `--config=experiments/sweeps/batch_lr_ppo.py:smoke`.
