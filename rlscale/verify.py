@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--rel-tol", type=float, default=1e-6,
                       help="relative tolerance when either side is a decimal")
   parser.add_argument("--percent", action="store_true",
-                      help="allow x%% (or 'x percent') to mean x/100")
+                      help="allow the answer's x%% (or 'x percent') to mean x/100 (a reference's x%% "
+                      "always may)")
   parser.add_argument("--timeout", type=float, default=None,
                       help="hard time limit in seconds for the sympy check (default: the "
                            "VerifierConfig default, 0.9)")

@@ -112,7 +112,8 @@ def get_config(arg=None):
   config.task.extract_order = "boxed,answer_tag,gsm8k,last_number"
   # Relative tolerance when either side is written as a decimal (0 = exact).
   config.task.rel_tol = 1e-6
-  # Whether "x%" may also mean x/100 (a trailing % may always be dropped: "50%" = "50").
+  # Whether the answer's "x%" may also mean x/100 (a reference's "x%" always may, as in
+  # Math-Verify: reference "28%" accepts 28, 28% and 0.28; a trailing % may always be dropped).
   config.task.percent = False
   # Hard time limit in seconds of one sympy check (verifier worker process); 0.9 keeps a runaway,
   # kill included, under 1 s.

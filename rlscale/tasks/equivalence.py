@@ -4,16 +4,23 @@ Rules, in order:
   * Chains: `x = 5 + 5 + 1 = 11` states x = 11 when every link after the name holds (`2 + 3 = 5`:
     every link); a false link scores 0 (the safe reading for a reward). `\\approx` links hold
     within 1%.
-  * Labels: `f(x) = 1`, `(p, q) = (3, 2)` against an unlabelled answer compare the value; two
-    labelled answers also compare the names.
+  * Labels: `f(x) = 1`, `(p, q) = (3, 2)`, a named point `A = (1, 2)` against an unlabelled
+    answer compare the value (either side may carry the label); two labelled answers also
+    compare the names, so `B = (1, 2)` is not `A = (1, 2)` and `y = 3` is not `x = 3`
+    (Math-Verify 0.9.0 decides both alike).
   * Equations: `x = 5` against a non-equation compares the right-hand side; two equations are
     equal when lhs - rhs agree up to a non-zero constant factor (sides swapped, scaled).
   * Inequalities: each link as lhs - rhs < 0 (<=, !=), equal up to a positive factor
     (`5 \\geq x` is `x \\leq 5`, `-x > -1` is `x < 1`); against an interval, an inequality in one
     variable is its interval (`-2 \\le x < 7` is [-2, 7), `1 \\le |z| \\le 2` is [-2,-1] U [1,2]).
-  * Sets (`\\{...\\}`, several boxes): the same elements in any order; a bare list against a set
-    is a set, as are two lists of solutions (tuples, equations) and a variable's values
-    (`a = 4, -8, -10`). A bracketed tuple is never a set.
+  * Sets (`\\{...\\}`, several boxes, bare comma lists): the same elements in any order (a
+    repeated element counts once, as in Math-Verify's FiniteSet). A bare list (`1, 3`, also
+    `x = 1, x = 3` and a variable's values `a = 4, -8, -10`) is a set of answers, the
+    solutions of an equation in any order: the project's convention, Math-Verify's too. Two
+    exceptions keep the order: values named by different names (`x = 1, y = 2`, `AB = 4,
+    CD = 5`) against an answer without names, where each position stands for one name; and a
+    bracketed tuple, which is never a set (`(1, 2)` is not `(2, 1)`; against the bare list
+    `1, 2` it is compared in order).
   * Matrices: the same shape, elementwise equal.
   * Tuples and other lists: same length, elementwise equal, in order.
   * Intervals and unions of intervals (`math_parser.Interval`, `IntervalUnion`): the same
@@ -28,7 +35,9 @@ Rules, in order:
     degree <= 40 with at most 20000 possible terms are compared exactly by expanding the
     difference (`(x+1)^2` = `x^2+2x+1`); anything else is compared at four fixed points with
     irrational coordinates of both signs, 40 significant digits each.
-  * Percentages (`percent=True`): `x%` may also read as x/100.
+  * Percentages (`numbers.percent_readings`, after Math-Verify): a trailing % may be dropped;
+    the reference's `x%` may also read as x/100 (`28\\%` accepts 28, 28% and 0.28), the
+    answer's only with `percent=True`; two sides with a % compare as written.
 No `simplify` is called: every step is bounded by the parser's size limits, and the worker's
 hard time limit covers what remains (e.g. slow `evalf` of a deep expression).
 """
@@ -42,6 +51,7 @@ from typing import Any, Optional, Sequence
 import sympy
 
 from rlscale.tasks import math_parser
+from rlscale.tasks import numbers
 
 MAX_POLY_DEGREE = 40
 MAX_POLY_TERMS = 20000
@@ -403,21 +413,35 @@ def _parsed_equal(a: math_parser.Parsed, r: math_parser.Parsed, *, rel_tol: floa
     pa, pr = _pieces(a), _pieces(r)
     if pa is not None and pr is not None:
       return intervals_equal(pa, pr, rel_tol=rel_tol, decimal=decimal)
-  if a.bare_list and r.bare_list:
-    va, vr = _one_variable_list(a.value), _one_variable_list(r.value)
-    if _solutions(va) and _solutions(vr) or _same_variable(va) or _same_variable(vr):
-      return _sets_equal(va, vr, rel_tol=rel_tol, decimal=decimal)
-  if isinstance(a.value, math_parser.SetOf) or isinstance(r.value, math_parser.SetOf):
+  if (a.bare_list and r.bare_list or isinstance(a.value, math_parser.SetOf) or
+      isinstance(r.value, math_parser.SetOf)):
     items_a, items_r = _elements(a), _elements(r)
     if items_a is not None and items_r is not None:
-      return _sets_equal(items_a, items_r, rel_tol=rel_tol, decimal=decimal)
+      va, vr = _one_variable_list(items_a), _one_variable_list(items_r)
+      if _names_fix_order(va, vr):
+        return _values_equal(tuple(va), tuple(vr), rel_tol=rel_tol, decimal=decimal)
+      return _sets_equal(va, vr, rel_tol=rel_tol, decimal=decimal)
   return _values_equal(a.value, r.value, rel_tol=rel_tol, decimal=decimal)
 
 
-def _solutions(items: Sequence) -> bool:
-  """A list of tuples or of equations is a list of solutions, which has no order."""
-  return all(math_parser.is_sequence(v) or isinstance(v, (sympy.Equality,
-                                                          math_parser.Labelled)) for v in items)
+def _name(item: Any) -> Any:
+  """The name an item gives its value: `x` of `x = 3`, `AB` of `AB = 4`; None if unnamed."""
+  if isinstance(item, math_parser.Labelled):
+    return item.label
+  if isinstance(item, sympy.Equality) and item.lhs.is_Symbol:
+    return item.lhs
+  return None
+
+
+def _names_fix_order(answer: Sequence, reference: Sequence) -> bool:
+  """Whether two lists read as sets compare in order after all: the reference names its
+  values with two or more different names (`AB = 4, CD = 5`, `x = 1, y = 2`) and the answer
+  names none (`4, 5`, or the boxes `\\boxed{4}, \\boxed{5}`), so each position stands for one
+  name and `5, 4` says AB = 5 (Math-Verify, comparing sets, rewards it). Otherwise a bare list
+  is a set of answers (the project's convention; Math-Verify reads `1, 3` as the set {1, 3})."""
+  names = [_name(v) for v in reference]
+  return (all(n is not None for n in names) and len(set(names)) > 1 and
+          all(_name(v) is None for v in answer))
 
 
 def _one_variable_list(items: Sequence) -> Sequence:
@@ -429,16 +453,13 @@ def _one_variable_list(items: Sequence) -> Sequence:
   return items
 
 
-def _same_variable(items: Sequence) -> bool:
-  """All items are values of one variable (`x = 1, x = 2`): its solution set, in any order."""
-  return all(isinstance(v, sympy.Equality) and v.lhs.is_Symbol and v.lhs == items[0].lhs
-             for v in items)
-
-
 def _elements(parsed: math_parser.Parsed) -> Optional[Sequence]:
   """The elements of a parsed answer read as a set: a set's, a bare list's, or a single
-  value's; None for a bracketed tuple (a tuple is not a set)."""
+  value's; None for a bracketed tuple (a tuple is not a set). A named value (`A = \\{1, 2\\}`)
+  is its value: it is compared with a set, which has no name."""
   value = parsed.value
+  if isinstance(value, math_parser.Labelled):
+    value = value.value
   if isinstance(value, math_parser.SetOf):
     return value.items
   if parsed.bare_list:
@@ -446,11 +467,24 @@ def _elements(parsed: math_parser.Parsed) -> Optional[Sequence]:
   return None if math_parser.is_sequence(value) else (value,)
 
 
-def _readings(text: str, percent: bool) -> list[math_parser.Parsed]:
-  first = math_parser.parse_math(text, percent_mode="strip")
-  if percent and first.percent:
-    return [first, math_parser.parse_math(text, percent_mode="divide")]
-  return [first]
+def _divided(text: str) -> Optional[math_parser.Parsed]:
+  """`text` with each x% read as x/100, or None when that reading does not parse (`(1, 2)%`)."""
+  try:
+    return math_parser.parse_math(text, percent_mode="divide")
+  except math_parser.ParseError:
+    return None
+
+
+def _reading_pairs(answer: str, a: math_parser.Parsed, reference: str,
+                   r: math_parser.Parsed, percent: bool) -> list[tuple]:
+  """(answer, reference) readings to try, as written first; which sides' x% may also mean
+  x/100 is `numbers.percent_readings` (a reference's always, an answer's only with `percent`)."""
+  pairs = []
+  for divide_a, divide_r in numbers.percent_readings(a.percent, r.percent, percent):
+    pair = (_divided(answer) if divide_a else a, _divided(reference) if divide_r else r)
+    if pair[0] is not None and pair[1] is not None:
+      pairs.append(pair)
+  return pairs
 
 
 def compare_answers(answer: str, reference: str, *, rel_tol: float,
@@ -461,25 +495,24 @@ def compare_answers(answer: str, reference: str, *, rel_tol: float,
     answer: normalised extracted answer.
     reference: normalised reference answer.
     rel_tol: relative tolerance for decimals.
-    percent: whether "x%" may also mean x/100.
+    percent: whether the answer's "x%" may also mean x/100 (the reference's always may).
 
   Returns:
     (True, how) when equal; (False, why) when not or when the answer cannot be parsed;
     (None, why) when the reference itself cannot be parsed (the caller may compare text).
   """
   try:
-    references = _readings(reference, percent)
+    r = math_parser.parse_math(reference)
   except math_parser.ParseError as e:
     return None, f"reference not parseable: {e}"
   try:
-    answers = _readings(answer, percent)
+    a = math_parser.parse_math(answer)
   except math_parser.ParseError as e:
     return False, f"answer not parseable: {e}"
   why = "not equal"
-  for a in answers:
-    for r in references:
-      same, how = _parsed_equal(a, r, rel_tol=rel_tol, decimal=a.decimal or r.decimal)
-      if same:
-        return True, how
-      why = how
+  for x, y in _reading_pairs(answer, a, reference, r, percent):
+    same, how = _parsed_equal(x, y, rel_tol=rel_tol, decimal=x.decimal or y.decimal)
+    if same:
+      return True, how
+    why = how
   return False, why

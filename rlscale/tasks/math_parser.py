@@ -13,14 +13,15 @@ limit.)
 
 Conventions: implicit multiplication (`2x`, `2\\sqrt{2}`, `(x+1)(x-1)`, `xy`) except before a
 number, and except `f(...)`, `g(...)`, `h(...)`, `F`, `G`, `H`, `P`, `Q`, `W` before a bracket,
-which apply an undefined function (`FUNCTION_NAMES`); `^` and `**` are powers, right-associative; `e` is Euler's number; `log` is natural;
-a top-level comma (or `;`) list is an ordered tuple, flagged `Parsed.bare_list`; `a = b` is an
-equation (a `sympy.Eq`), or `Labelled` when `a` is a name that is not one variable (`f(x)`,
-`|AB|`, `(p, q)`, `A : B`); a chain or an inequality (`<`, `>`, `\\le`, `\\ge`, `\\ne`, `<=`,
-`\\approx`, ...) is a `Relation`; `a : b` is the ratio a/b; `x_1`, `a_{37}` are variable names;
-`|x|` is the absolute value; `\\{a, b\\}`, `{a, b}` and `\\pm a` are a `SetOf`; `pmatrix`,
-`bmatrix`, `matrix` and `array` are a `sympy.ImmutableMatrix` (+, -, * allowed), `vmatrix` its
-determinant (symbolic only up to 3x3).
+which apply an undefined function (`FUNCTION_NAMES`); `^` and `**` are powers, right-associative;
+`e` is Euler's number; `log` is natural; a top-level comma (or `;`) list is a tuple flagged
+`Parsed.bare_list` (the verifier reads it as a set of answers); `a = b` is an equation (a
+`sympy.Eq`), or `Labelled` when `a` is a name that is not one variable (`f(x)`, `|AB|`, `(p, q)`,
+`A : B`) or names a point, set or matrix (`A = (1, 2)`); a chain or an inequality (`<`, `>`,
+`\\le`, `\\ge`, `\\ne`, `<=`, `\\approx`, ...) is a `Relation`; `a : b` is the ratio a/b;
+`x_1`, `a_{37}` are variable names; `|x|` is the absolute value; `\\{a, b\\}`, `{a, b}` and
+`\\pm a` are a `SetOf`; `pmatrix`, `bmatrix`, `matrix` and `array` are a `sympy.ImmutableMatrix`
+(+, -, * allowed), `vmatrix` its determinant (symbolic only up to 3x3).
 
 Intervals: two values between brackets of which at least one is square, `[a, b]`, `(a, b]`,
 `[a, b)`, are an `Interval` (ends open or closed as written, `\\infty` allowed); `(a, b)` alone
@@ -90,8 +91,9 @@ class Relation:
 
 @dataclasses.dataclass(frozen=True)
 class Labelled:
-  """`name = value` where the name is not a plain variable: `f(x) = 1`, `|AB| = 1`,
-  `(p, q) = (3, 2)`, `A : B = 1`. Against an unlabelled answer only the value counts."""
+  """`name = value` where the name is not a plain variable (`f(x) = 1`, `|AB| = 1`,
+  `(p, q) = (3, 2)`, `A : B = 1`) or the value is not an expression (a named point
+  `A = (1, 2)`, a set, a matrix). Against an unlabelled answer only the value counts."""
   label: Any
   value: Any
 
@@ -108,8 +110,8 @@ class Parsed:
     percent: True if a `%` appeared.
     open_pair: True if the whole answer is a pair in round brackets, `(a, b)`: a point, or the
       open interval from a to b (`rlscale.tasks.equivalence` decides by the other side).
-    bare_list: True if the whole answer is a comma list without brackets (`1, 2`), which
-      compares as a set against a set, and in order otherwise.
+    bare_list: True if the whole answer is a comma list without brackets (`1, 2`): a set of
+      answers (`rlscale.tasks.equivalence` says when a list of named values keeps its order).
   """
   value: Any
   decimal: bool
@@ -461,7 +463,10 @@ class _Parser:
       raise ParseError("an equation with an interval; write x \\in [a, b]")
     label = self.is_label(start, label_end)
     if ops == ["="]:
-      if label and not isinstance(terms[0], sympy.Symbol):
+      # A variable stays an equation's side (x = 3 is Eq(x, 3)); a variable naming a point, a
+      # set, a list or a matrix (A = (1, 2)) labels it, as Math-Verify's Eq(A, ...) does.
+      expression = isinstance(terms[1], sympy.Expr) and not isinstance(terms[1], sympy.MatrixBase)
+      if label and not (isinstance(terms[0], sympy.Symbol) and expression):
         return Labelled(terms[0], terms[1])
       return sympy.Eq(_operand(terms[0]), _operand(terms[1]), evaluate=False)
     if any(not isinstance(t, sympy.Expr) for t in terms[1:]) or not (

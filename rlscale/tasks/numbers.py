@@ -94,10 +94,32 @@ def _fraction(sign: str, num: int, den: int) -> Optional[PlainNumber]:
   return PlainNumber(-value if sign == "-" else value)
 
 
-def _candidates(x: PlainNumber, percent: bool) -> tuple[fractions.Fraction, ...]:
-  # "50%" always reads as 50 (the sign is a unit); where the task says percentages are allowed
-  # it may also read as 0.5.
-  return (x.value, x.value / 100) if percent and x.percent else (x.value,)
+def percent_readings(answer_percent: bool, reference_percent: bool,
+                     percent: bool) -> tuple[tuple[bool, bool], ...]:
+  """Which sides' "x%" to read as x/100: (divide the answer, divide the reference) per reading.
+
+  The rule follows Math-Verify 0.9.0 (`math_verify.grader.sympy_numeric_eq`: `45\\%` equals
+  `0.45`, and `9\\%` equals `9`): a trailing % may always be dropped, so the first reading
+  divides neither side. A reference written with % states a percentage, so it may also mean
+  x/100 (reference `28%` accepts `28`, `28%` and `0.28`). An answer's % is untrusted text: it
+  may mean x/100 only with `percent` (task.percent; Math-Verify always reads it so), e.g. answer
+  `50%` against reference `0.5`. When both sides carry a % they compare as written (dividing one
+  only would make `0.28%` equal `28%`). A plain reference `28` never accepts `0.28`
+  (Math-Verify: 0 too).
+
+  Args:
+    answer_percent, reference_percent: whether each side was written with a %.
+    percent: the config's `task.percent`.
+
+  Returns:
+    One or two (divide answer, divide reference) pairs, the as-written reading first.
+  """
+  readings = [(False, False)]
+  if reference_percent and not answer_percent:
+    readings.append((False, True))
+  if answer_percent and not reference_percent and percent:
+    readings.append((True, False))
+  return tuple(readings)
 
 
 def close(a: fractions.Fraction, b: fractions.Fraction, rel_tol: fractions.Fraction) -> bool:
@@ -110,12 +132,15 @@ def plain_numbers_equal(answer: PlainNumber, reference: PlainNumber, *, rel_tol:
   """Whether two plain numbers are the same answer.
 
   Integers and fractions compare exactly; when either side is written as a decimal the relative
-  tolerance `rel_tol` applies (|a - b| <= rel_tol * max(|a|, |b|)). With `percent`, "x%" also
-  matches x/100.
+  tolerance `rel_tol` applies (|a - b| <= rel_tol * max(|a|, |b|)). Percentages follow
+  `percent_readings`: reference "28%" matches 28, 28% and 0.28; answer "50%" matches 50, and
+  0.5 only with `percent`.
   """
   tol = fractions.Fraction(repr(float(rel_tol))) if (answer.decimal or reference.decimal) else 0
-  return any(close(a, r, tol) for a in _candidates(answer, percent)
-             for r in _candidates(reference, percent))
+  return any(close(answer.value / 100 if divide_a else answer.value,
+                   reference.value / 100 if divide_r else reference.value, tol)
+             for divide_a, divide_r in percent_readings(answer.percent, reference.percent,
+                                                        percent))
 
 
 def format_number(x: PlainNumber) -> str:

@@ -61,8 +61,11 @@ class VerifierConfig:
     extract_order: extractor names from `extract.EXTRACTORS`, tried in order (a tuple, or a
       comma-separated string).
     rel_tol: relative tolerance when either side is written as a decimal (0 = exact).
-    percent: whether "x%" may also mean x/100 (a trailing % always may be dropped: "50%" = "50").
-      "x percent", "x per cent" and "x\\text{ percent}" are read as "x%".
+    percent: whether the answer's "x%" may also mean x/100 (answer "50%" against reference
+      "0.5"). A trailing % may always be dropped ("50%" = "50"), and the reference's "x%" may
+      always mean x/100 (reference "28%" accepts "28", "28%" and "0.28", as in Math-Verify);
+      two sides with a % compare as written (`numbers.percent_readings`). "x percent",
+      "x per cent" and "x\\text{ percent}" are read as "x%".
     timeout_s: hard wall-clock limit in seconds for one sympy comparison (worker process). The
       default 0.9 s keeps a runaway under 1 s in all: killing and restarting the worker adds
       10-50 ms (1.0 gave 1.01-1.05 s).

@@ -268,3 +268,31 @@ def test_plain_number_tolerance_and_percent():
   fifty = numbers.parse_plain_number("50%")
   assert numbers.plain_numbers_equal(fifty, half, rel_tol=0, percent=True)
   assert not numbers.plain_numbers_equal(fifty, half, rel_tol=0, percent=False)
+
+
+@pytest.mark.parametrize("answer_pct, reference_pct, percent, readings", [
+    (False, False, False, ((False, False),)),
+    (False, True, False, ((False, False), (False, True))),  # reference 28%: 28 or 0.28
+    (True, False, False, ((False, False),)),  # answer 50%: 50 only ...
+    (True, False, True, ((False, False), (True, False))),  # ... or 0.5 with task.percent
+    (True, True, True, ((False, False),)),  # both %: as written (0.28% is not 28%)
+])
+def test_percent_readings(answer_pct, reference_pct, percent, readings):
+  assert numbers.percent_readings(answer_pct, reference_pct, percent) == readings
+
+
+@pytest.mark.parametrize("answer, reference, percent, equal", [
+    ("0.28", "28%", False, True),  # 28/100 = 7/25 (Math-Verify: 1)
+    ("28", "28%", False, True),
+    ("28%", "28%", False, True),
+    ("0.0028", "28%", False, False),  # 28/10000: divided twice
+    ("0.28", "28", False, False),  # a plain reference is no percentage (Math-Verify: 0)
+    ("28%", "0.28", False, False),
+    ("28%", "0.28", True, True),
+    ("0.28%", "28%", True, False),  # was True: 0.28 (answer as written) = 28/100
+    ("2800%", "28%", True, False),  # was True: 2800/100 = 28 (reference as written)
+])
+def test_plain_number_percent_rule(answer, reference, percent, equal):
+  assert numbers.plain_numbers_equal(numbers.parse_plain_number(answer),
+                                     numbers.parse_plain_number(reference), rel_tol=1e-6,
+                                     percent=percent) is equal

@@ -232,6 +232,48 @@ def test_compare_answers(a, b, equal, how):
   assert equivalence.compare_answers(a, b, rel_tol=1e-6, percent=False) == (equal, how)
 
 
+def test_parse_named_values():
+  a = sympy.Symbol("A")
+  # A variable naming a point, a set or a matrix labels it; naming an expression, x = 3 stays
+  # an equation.
+  assert math_parser.parse_math("A = (1, 2)").value == math_parser.Labelled(a, sympy.Tuple(1, 2))
+  assert math_parser.parse_math(r"A = \{1, 2\}").value == math_parser.Labelled(
+      a, math_parser.SetOf((1, 2)))
+  assert math_parser.parse_math(r"A = \begin{pmatrix}1 & 2\end{pmatrix}").value == (
+      math_parser.Labelled(a, sympy.ImmutableMatrix([[1, 2]])))
+  assert math_parser.parse_math("x = 3").value == sympy.Eq(x, 3, evaluate=False)
+
+
+@pytest.mark.parametrize("a, b, equal, how", [
+    # Percentages: the reference's (b's) x% may be x/100; the answer's only with percent=True.
+    ("x/100", r"x%", True, "same expression after parsing"),
+    ("x", r"x%", True, "same expression after parsing"),
+    ("x/10", r"x%", False, "polynomial expansion"),
+    ("0.1, 0.2", "20%, 10%", True, "same sets"),
+    ("x%", "x/100", False, "polynomial expansion"),
+    # Bare lists are sets of answers; brackets keep the order.
+    ("3, 1", "1, 3", True, "same sets"),
+    ("1, 1, 3", "3, 1", True, "same sets"),  # sets, not multisets (Math-Verify's FiniteSet)
+    ("1, 3, 5", "1, 3", False, "sets differ"),
+    ("(3, 1)", "(1, 3)", False, "tuple element differs (exact rational)"),
+    ("(3, 1)", "1, 3", False, "tuple element differs (exact rational)"),
+    ("3, 1", "(1, 3)", False, "tuple element differs (exact rational)"),
+    # Values named by different names keep their order when the answer drops the names.
+    ("1, 2", "x = 1, y = 2", True, "tuple elementwise"),
+    ("2, 1", "x = 1, y = 2", False, "tuple element differs (exact rational)"),
+    ("y = 2, x = 1", "x = 1, y = 2", True, "same sets"),
+    # Named points.
+    ("A = (1, 2)", "(1, 2)", True, "tuple elementwise"),
+    ("(1, 2)", "A = (1, 2)", True, "tuple elementwise"),
+    ("A = (2, 1)", "A = (1, 2)", False, "tuple element differs (exact rational)"),
+    ("B = (1, 2)", "A = (1, 2)", False, "different names (different variables (B vs A))"),
+    (r"A = \{2, 1\}", r"\{1, 2\}", True, "same sets"),
+    ("y = 3", "x = 3", False, "different variables (y vs x)"),
+])
+def test_compare_issue39_kinds(a, b, equal, how):
+  assert equivalence.compare_answers(a, b, rel_tol=1e-6, percent=False) == (equal, how)
+
+
 def test_compare_parse_failures():
   assert equivalence.compare_answers("_", "1", rel_tol=0, percent=False)[0] is False
   # An unparseable reference returns None so that the caller may compare text.

@@ -106,12 +106,13 @@ ROWS = [
     (r"\boxed{100.4}", "100", 1, {"rel_tol": 1e-2}),
     (r"\boxed{0.5}", "0.5000001", 0, {"rel_tol": 0.0}),
     (r"\boxed{0.5}", "0.5000001", 1, {}),
-    # --- percentages (a trailing % may always be dropped; x% = x/100 only with percent=True)
+    # --- percentages (a trailing % may always be dropped; the reference's x% may also be x/100,
+    # the answer's only with percent=True: numbers.percent_readings)
     (r"\boxed{50\%}", "50", 1, {}),
     (r"\boxed{50\%}", "0.5", 0, {}),
     (r"\boxed{50\%}", "0.5", 1, PCT),
     (r"\boxed{0.5}", r"50\%", 1, PCT),
-    (r"\boxed{0.5}", "50%", 0, {}),
+    (r"\boxed{0.5}", "50%", 1, {}),  # was 0 (issue 39): the reference's 50% is 0.5
     (r"\boxed{25%}", "1/4", 1, PCT),
     (r"\boxed{25%}", "0.3", 0, PCT),
     ("The rate is 12.5%", r"\frac{1}{8}", 1, PCT),
@@ -395,7 +396,7 @@ SET_ROWS = [
     (r"\boxed{\{1\}}", r"\{1, 3\}", 0, {}),
     (r"\boxed{3, 1}", r"\{1, 3\}", 1, {}),  # a bare list against a set
     (r"\boxed{(3, 1)}", r"\{1, 3\}", 0, {}),  # a tuple is not a set
-    (r"\boxed{2, 1}", "1, 2", 0, {}),  # ordered lists in order
+    (r"\boxed{2, 1}", "1, 2", 1, {}),  # was 0 (issue 39): a bare list is a set of answers
     (r"\boxed{(2, 1), (1, 2)}", "(1, 2), (2, 1)", 1, {}),  # a list of solutions has no order
     (r"\boxed{(2, 1), (1, 3)}", "(1, 2), (2, 1)", 0, {}),
     (r"\boxed{-2021, 2021}", r"\pm 2021", 1, {}),
@@ -435,11 +436,90 @@ NOTATION_ROWS = [
     (r"is 32,\! 349", "32349", 1, {}),
     (r"is 32,\! 349", "349", 0, {}),
 ]
+# Issue 39, item 6: false negatives on answers Math-Verify scores as right, with the near misses
+# that must still score 0. Percentages: a reference's x% may also be x/100 (28% accepts 28, 28%
+# and 0.28), an answer's only with task.percent. Lists: a bare comma list is a set of answers;
+# brackets make an ordered tuple; a list of values named by different names keeps its order.
+# Labels: `x = 3`, `A = (1, 2)` against the bare value compare the value; two labels must
+# match (Math-Verify: y = 3 is not x = 3). "was 0" marks rows the old verifier refused.
+ISSUE39_PERCENT_ROWS = [
+    (r"\boxed{28}", r"28\%", 1, {}),  # a trailing % may be dropped
+    (r"\boxed{28\%}", r"28\%", 1, {}),
+    (r"\boxed{0.28}", r"28\%", 1, {}),  # was 0: the reference's % may mean x/100
+    (r"\boxed{0.45}", r"45\%", 1, {}),
+    (r"\boxed{\frac{7}{25}}", r"28\%", 1, {}),  # 7/25 = 0.28
+    (r"\boxed{0.28}", "28 percent", 1, {}),
+    (r"\boxed{0.29}", r"28\%", 0, {}),
+    (r"\boxed{2800}", r"28\%", 0, {}),  # neither 28 nor 0.28
+    (r"\boxed{0.0028}", r"28\%", 0, {}),
+    (r"\boxed{0.28}", "28", 0, {}),  # a plain reference is no percentage (Math-Verify: 0)
+    (r"\boxed{28}", "0.28", 0, {}),
+    (r"\boxed{0.28\%}", r"28\%", 0, {}),  # two percentages compare as written
+    (r"\boxed{0.28\%}", r"28\%", 0, PCT),  # was 1: 0.28 (answer) = 28/100 (reference)
+    (r"\boxed{2800\%}", r"28\%", 0, PCT),  # was 1: 2800/100 (answer) = 28 (reference)
+    (r"\boxed{28\%}", "0.28", 1, PCT),
+    (r"\boxed{\frac{x}{100}}", r"x\%", 1, {}),  # sympy path: the reference's x% is x/100
+    (r"\boxed{x}", r"x\%", 1, {}),
+    (r"\boxed{\frac{x}{10}}", r"x\%", 0, {}),
+    (r"\boxed{0.2, 0.1}", r"10\%, 20\%", 1, {}),
+    (r"\boxed{0.2, 0.2}", r"10\%, 20\%", 0, {}),
+]
+ISSUE39_SET_ROWS = [
+    (r"\boxed{3, 1}", "1, 3", 1, {}),  # was 0: a bare list is a set of answers
+    (r"\boxed{3, -2, 1}", "1, -2, 3", 1, {}),
+    (r"\boxed{-1, \frac{1}{2}}", r"\frac12, -1", 1, {}),
+    (r"\boxed{3, 2}", "1, 3", 0, {}),
+    (r"\boxed{1, 3, 5}", "1, 3", 0, {}),  # an extra solution
+    (r"\boxed{1}", "1, 3", 0, {}),  # a missing solution
+    (r"\boxed{x = 3, x = 1}", "1, 3", 1, {}),
+    (r"\boxed{3, 1}", "x = 1, x = 3", 1, {}),
+    (r"\boxed{x = 3, x = 2}", "x = 1, x = 3", 0, {}),
+    (r"\boxed{(2, 1)}", "(1, 2)", 0, {}),  # brackets make an ordered tuple
+    (r"\boxed{(3, 2, 1)}", "(1, 2, 3)", 0, {}),
+    (r"\boxed{(1, 2, 3)}", "(1, 2, 3)", 1, {}),
+    (r"\boxed{[3, 2, 1]}", "[1, 2, 3]", 0, {}),
+    (r"\boxed{3, 1}", "(1, 3)", 0, {}),  # the reference's form decides: a tuple is ordered
+    (r"\boxed{(3, 1)}", "1, 3", 0, {}),  # an answer in brackets states an order
+    (r"\boxed{(1, 3)}", "1, 3", 1, {}),
+    (r"\boxed{1, 2}", "x = 1, y = 2", 1, {}),  # named values: each position is one name
+    (r"\boxed{2, 1}", "x = 1, y = 2", 0, {}),
+    (r"\boxed{5, 4}", "AB = 4, CD = 5", 0, {}),
+    (r"\boxed{y = 2, x = 1}", "x = 1, y = 2", 1, {}),
+    (r"\boxed{x = 2, y = 1}", "x = 1, y = 2", 0, {}),
+    (r"\boxed{1} and \boxed{2}", "x = 1, y = 2", 1, {}),  # boxes follow the same rules
+    (r"\boxed{2} and \boxed{1}", "x = 1, y = 2", 0, {}),  # was 1: says x = 2
+    (r"\boxed{\{2, 1\}}", "x = 1, y = 2", 0, {}),  # was 1: a set of values gives no names
+    (r"\boxed{3} and \boxed{1}", "1, 3", 1, {}),
+    (r"\boxed{\{3, 1\}}", "x = 1, x = 3", 1, {}),  # one name: its solution set
+]
+ISSUE39_LABEL_ROWS = [
+    (r"\boxed{x = 3}", "3", 1, {}),
+    (r"\boxed{3}", "x = 3", 1, {}),
+    (r"\boxed{x = 3}", "x = 3", 1, {}),
+    (r"\boxed{x = 4}", "x = 3", 0, {}),  # a wrong value with the right label
+    (r"\boxed{x = 4}", "3", 0, {}),
+    (r"\boxed{y = 3}", "x = 3", 0, {}),  # another label, the same value (Math-Verify: 0)
+    (r"\boxed{A = (1, 2)}", "(1, 2)", 1, {}),  # was 0: a named point
+    (r"\boxed{A=(1,2)}", "(1, 2)", 1, {}),
+    (r"\boxed{(1, 2)}", "A = (1, 2)", 1, {}),
+    (r"\boxed{A=(1,2)}", "A = (1, 2)", 1, {}),
+    (r"\boxed{P = (0, -1)}", "(0, -1)", 1, {}),
+    (r"\boxed{B = (1, 2)}", "A = (1, 2)", 0, {}),  # another name (Math-Verify: 0)
+    (r"\boxed{A = (2, 1)}", "A = (1, 2)", 0, {}),
+    (r"\boxed{A = (2, 1)}", "(1, 2)", 0, {}),
+    (r"\boxed{A = (1, 3)}", "(1, 2)", 0, {}),
+    (r"\boxed{A = \{2, 1\}}", r"\{1, 2\}", 1, {}),
+    (r"\boxed{A = (1, 2), B = (3, 4)}", "(3, 4), (1, 2)", 1, {}),
+    (r"\boxed{(3, 4), (1, 2)}", "A = (1, 2), B = (3, 4)", 0, {}),
+    (r"\boxed{A = \begin{pmatrix}1 & 2\end{pmatrix}}", r"\begin{pmatrix}1 & 2\end{pmatrix}", 1,
+     {}),
+]
+ISSUE39_ROWS = ISSUE39_PERCENT_ROWS + ISSUE39_SET_ROWS + ISSUE39_LABEL_ROWS
 ISSUE23_FALSE_POSITIVE_ROWS = (LAST_NUMBER_ROWS + MULTI_BOX_ROWS + SCALE_WORD_ROWS +
                                TEXT_FALLBACK_ROWS + GROUPING_ROWS)
 ISSUE23_KIND_ROWS = RELATION_ROWS + EQUATION_ROWS + SET_ROWS + MATRIX_ROWS + NOTATION_ROWS
 NEW_KIND_ROWS = (INTERVAL_ROWS + UNIT_ROWS + SCIENTIFIC_ROWS + PERCENT_WORD_ROWS +
-                 ISSUE23_FALSE_POSITIVE_ROWS + ISSUE23_KIND_ROWS)
+                 ISSUE23_FALSE_POSITIVE_ROWS + ISSUE23_KIND_ROWS + ISSUE39_ROWS)
 ROWS = ROWS + NEW_KIND_ROWS
 
 
@@ -488,10 +568,9 @@ MATH_VERIFY_DISAGREEMENTS = {
         "within the configured relative tolerance (rel_tol=1e-6) for decimals; math-verify "
         "rounds to its own precision.",
     (r"\boxed{50\%}", "0.5"):
-        "math-verify always reads x% as x/100; ours does so only where the task says so "
-        "(percent=True; see the PCT rows), otherwise 50% means the number 50.",
-    (r"\boxed{0.5}", "50%"):
-        "same percent rule: without percent=True the reference 50% is the number 50.",
+        "math-verify always reads x% as x/100; ours reads the answer's % so only where the task "
+        "says so (percent=True; see the PCT rows), otherwise 50% means the number 50 (the "
+        "reference's % always may mean x/100: 0.5 against 50% scores 1).",
     (r"\boxed{\log(e)}", "1"):
         "math-verify reads \\log as base 10; ours as the natural log (the convention in "
         "competition maths and sympy).",
@@ -548,8 +627,8 @@ MATH_VERIFY_DISAGREEMENTS = {
     ("the mass is 2e3 kg", "2000"):
         "math-verify extracts 2; 2e3 is one number, 2000.",
     (r"\boxed{28 percent}", "0.28"):
-        "math-verify always reads x percent as x/100; ours does so only where the task says so "
-        "(percent=True), exactly as for the % sign (see the PCT rows).",
+        "math-verify always reads x percent as x/100; ours reads the answer's so only where the "
+        "task says so (percent=True), exactly as for the % sign (see the PCT rows).",
     # Issue 23's kinds (rerun with math-verify 0.9.0): math-verify rewards these wrong answers.
     (r"\boxed{x = 5 + 5 + 1 = 7 = 11}", "x = 11"):
         "math-verify compares the last value of a chain; 11 = 7 is a false link, so the response "
@@ -572,9 +651,6 @@ MATH_VERIFY_DISAGREEMENTS = {
         "same: a single letter keeps its case.",
     (r"\boxed{5\text{ thousand}}", "5"):
         "math-verify drops the scale word like a unit; 5 thousand is 5000.",
-    (r"\boxed{2, 1}", "1, 2"):
-        "math-verify compares lists as sets; an ordered list (not written as a set, not a list "
-        "of solutions) is compared in order.",
     (r"\boxed{(3, 1)}", r"\{1, 3\}"):
         "a tuple is not a set; math-verify matches the pair (3, 1) to the set {1, 3}.",
     # ... and refuses these right ones.
@@ -604,6 +680,27 @@ MATH_VERIFY_DISAGREEMENTS = {
         "same for ,\\! between groups.",
     (r"is 32,\! 349", "349"):
         "the wrong side of the same rule: math-verify rewards the last group 349.",
+    # Issue 39's kinds (rerun with math-verify 0.9.0).
+    (r"\boxed{\frac{x}{100}}", r"x\%"):
+        "math-verify reads % as x/100 only after a number; the reference's x% of an expression "
+        "follows the same rule as 28%.",
+    (r"\boxed{x}", r"x\%"):
+        "same: a trailing % may be dropped, after an expression too.",
+    (r"\boxed{(3, 1)}", "1, 3"):
+        "math-verify matches the pair (3, 1) to the set {1, 3}; an answer in brackets states an "
+        "order, so against a bare list it is compared in order ((1, 3) scores 1).",
+    (r"\boxed{2, 1}", "x = 1, y = 2"):
+        "math-verify compares lists as sets and so rewards x = 2, y = 1; values named by "
+        "different names keep their order when the answer drops the names.",
+    (r"\boxed{5, 4}", "AB = 4, CD = 5"):
+        "same: the answer says AB = 5, CD = 4.",
+    (r"\boxed{2} and \boxed{1}", "x = 1, y = 2"):
+        "same, with the answer in two boxes.",
+    (r"\boxed{\{2, 1\}}", "x = 1, y = 2"):
+        "same: the set {2, 1} does not say which value is x.",
+    (r"\boxed{A = (1, 2), B = (3, 4)}", "(3, 4), (1, 2)"):
+        "math-verify does not match a named point in a list to the bare point (it does for one "
+        "point: A = (1, 2) against (1, 2)); ours compares each named point's value.",
 }
 
 
