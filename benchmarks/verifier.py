@@ -120,8 +120,9 @@ def main():
   result["adversarial"] = {"inputs": len(hostile) * 2, "max_seconds": round(slowest, 4),
                            "all_zero": True}
 
-  # The hard limit itself: a request that would run for 30 s, and a native reasoning-gym scorer
-  # (countdown calls parse_expr) on a power tower that passes the vet.
+  # The hard limit itself: a request that would run for 30 s. Beside it, a power tower sent to
+  # the native countdown scorer, which rlscale scores on its own parser (rlscale.tasks.
+  # native_scorers): refused in milliseconds, where reasoning-gym's parse_expr ran to the limit.
   start = time.perf_counter()
   timeout_s = verifier.VerifierConfig().timeout_s
   response, reason = worker.client().call({"op": "sleep", "seconds": 30}, timeout_s=timeout_s)

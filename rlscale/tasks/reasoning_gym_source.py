@@ -41,13 +41,16 @@ class ReasoningGymSource(base.TaskSource):
     kwargs: generator config kwargs, e.g. {"min_terms": 2, "max_terms": 3}.
     seed: run seed (training stream).
     eval_seed: seed of the held-out draw (default: independent of the run seed).
-    scorer: "verifier" or "native" (the generator's `score_answer`, partial credit possible, run
-      in the worker process with the verifier's time limit, on vetted answers only).
+    scorer: "verifier" or "native": the generator's own scoring rule, partial credit possible,
+      run in the worker process with the verifier's time limit; for generators whose
+      `score_answer` evaluates answer text, rlscale's eval-free scorer of the same rule, and
+      refused for generators not audited (see `rlscale.tasks.native`).
     holdout_fraction: share of question space held out for evaluation, in (0, 0.5].
     prompt_template, target_template, verifier_config: see `base.TaskSource`.
 
   Raises:
-    ValueError: unknown generator or scorer, or kwargs the generator rejects.
+    ValueError: unknown generator or scorer, scorer="native" for a generator it is not allowed
+      for, or kwargs the generator rejects.
   """
 
   def __init__(self, name: str, kwargs: Optional[Mapping[str, Any]] = None, *, seed: int,
@@ -63,6 +66,8 @@ class ReasoningGymSource(base.TaskSource):
                        f"{', '.join(sorted(factory.DATASETS))}")
     if scorer not in SCORERS:
       raise ValueError(f"task.scorer={scorer!r}; allowed values: {', '.join(SCORERS)}")
+    if scorer == "native":
+      native.check_native_scorer(name)
     self._create = reasoning_gym.create_dataset
     self.name = name
     self.kwargs = dict(kwargs or {})
@@ -125,9 +130,6 @@ class ReasoningGymSource(base.TaskSource):
       answer, failure = verifier.find_answer(response_text, config)
       if answer is None:
         return base.Score(0.0, failure, None)
-      refusal = native.vet_native_answer(answer)
-      if refusal:
-        return base.Score(0.0, refusal, answer)
       entry = {"question": example.prompt, "answer": example.answer,
                "metadata": dict(example.metadata)}
       request = dict(op="native", name=self.name, kwargs=_jsonable(self.kwargs), entry=entry,
@@ -135,6 +137,8 @@ class ReasoningGymSource(base.TaskSource):
       response, failure = worker.client().call(request, config.timeout_s)
       if response is None or "error" in response:
         return base.Score(0.0, failure or f"native scorer error: {response['error']}", answer)
+      if response.get("refused"):
+        return base.Score(0.0, str(response["refused"]), answer)
       reward = response["reward"]
       if reward is None or not math.isfinite(reward):
         # Not clamped (min/max keep a NaN and turn inf into 1): score_batch counts and zeroes it.

@@ -83,7 +83,8 @@ def test_hard_time_limit_kills_and_restarts_the_worker():
 
 
 def test_native_scorer_refuses_code_and_bounds_parse_expr(tmp_path):
-  # countdown's own score_answer runs sympy parse_expr (eval) on the answer.
+  # countdown's own score_answer runs sympy parse_expr (eval) on the answer; rlscale's countdown
+  # scorer reads it with an allow-list parser instead (more in test_native.py).
   task = reasoning_gym_source.ReasoningGymSource(
       "countdown", {}, seed=0, scorer="native",
       verifier_config=verifier.VerifierConfig(extract_order="full"))
@@ -95,7 +96,7 @@ def test_native_scorer_refuses_code_and_bounds_parse_expr(tmp_path):
     score = task.score(text, example)
     assert score.reward == 0.0 and "not allowed" in score.reason, score
   start = time.monotonic()
-  score = task.score("9**9**9**9", example)  # passes the vet; parse_expr would run for hours
+  score = task.score("9**9**9**9", example)  # parse_expr would run for hours; `**` is refused
   assert score.reward == 0.0 and time.monotonic() - start < SAFETY_S, score
   assert not marker.exists()
   assert task.score(example.answer, example).reward == 1.0  # the worker recovered
