@@ -67,8 +67,9 @@ class VerifierConfig:
       two sides with a % compare as written (`numbers.percent_readings`). "x percent",
       "x per cent" and "x\\text{ percent}" are read as "x%".
     timeout_s: hard wall-clock limit in seconds for one sympy comparison (worker process). The
-      default 0.9 s keeps a runaway under 1 s in all: killing and restarting the worker adds
-      10-50 ms (1.0 gave 1.01-1.05 s).
+      default 0.9 s keeps the call that meets a runaway under 1 s (the kill adds 10-50 ms);
+      the fresh worker starts at the next call, which pays its start-up outside the limit
+      (~0.35 s, ~1 s when it must import reasoning-gym for a native scorer).
     max_response_chars: longer responses score 0 unread.
     max_answer_chars: longer extracted answers score 0 unparsed.
 

@@ -66,6 +66,7 @@ class WorkerClient:
     self._lock = threading.Lock()
     self._preloads: list[dict[str, Any]] = []
     self._workdir: Optional[str] = None
+    self._last_id = 0
     self.restarts = 0
 
   @property
@@ -85,14 +86,30 @@ class WorkerClient:
       self._kill()
       raise RuntimeError("verifier worker did not start")
     for request in self._preloads:
-      self._send(request)
-      if self._read_line(time.monotonic() + STARTUP_TIMEOUT_S) is None:
+      if self._exchange(request, STARTUP_TIMEOUT_S) is None:
         self._kill()
         raise RuntimeError("verifier worker preload failed")
 
-  def _send(self, request: dict[str, Any]) -> None:
-    self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+  def _exchange(self, request: dict[str, Any], timeout_s: float) -> Optional[dict[str, Any]]:
+    """Sends `request` with a fresh id and returns the child's reply, or None at the deadline or
+    on EOF.
+
+    Raises:
+      ValueError: the reply is not a JSON object carrying the request's id. A library that
+        printed into the reply channel, or a reply left over from an earlier request, would
+        otherwise pair every later answer with another answer's verdict: the caller kills the
+        child instead.
+    """
+    self._last_id += 1
+    self._proc.stdin.write(json.dumps({**request, "id": self._last_id}).encode() + b"\n")
     self._proc.stdin.flush()
+    line = self._read_line(time.monotonic() + timeout_s)
+    if line is None:
+      return None
+    reply = json.loads(line)
+    if not isinstance(reply, dict) or reply.get("id") != self._last_id:
+      raise ValueError(f"worker reply out of step: {line[:80]!r}")
+    return reply
 
   def preload(self, request: dict[str, Any]) -> None:
     """Registers a setup request (e.g. importing reasoning-gym) run after every (re)start.
@@ -106,11 +123,14 @@ class WorkerClient:
       if request not in self._preloads:
         self._preloads.append(request)
         if self._proc is not None and self._proc.poll() is None:
-          self._send(request)
-          line = self._read_line(time.monotonic() + STARTUP_TIMEOUT_S)
-          if line is None or "error" in json.loads(line):
+          try:
+            reply = self._exchange(request, STARTUP_TIMEOUT_S)
+          except ValueError as e:
+            reply = {"error": str(e)}
+          if reply is None or "error" in reply:
             self._preloads.remove(request)
-            raise RuntimeError(f"verifier worker preload failed: {line!r}")
+            self._kill()
+            raise RuntimeError(f"verifier worker preload failed: {reply!r}")
 
   def _kill(self) -> None:
     if self._proc is not None:
@@ -151,15 +171,16 @@ class WorkerClient:
         if self._proc is None or self._proc.poll() is not None:
           self._kill()
           self._start()
-        self._send(request)
-        line = self._read_line(time.monotonic() + timeout_s)
-        if line is None:
+        reply = self._exchange(request, timeout_s)
+        if reply is None:
           crashed = self._proc.poll() is not None
           self._kill()
           self.restarts += 1
           return None, "verifier worker crashed" if crashed else f"timeout after {timeout_s:g} s"
-        return json.loads(line), ""
-      except (OSError, RuntimeError, ValueError) as e:  # incl. a garbled reply
+        return reply, ""
+      except (OSError, RuntimeError, ValueError) as e:  # incl. a garbled or out-of-step reply
+        if self._proc is not None:
+          self.restarts += 1
         self._kill()
         return None, f"verifier worker failed ({type(e).__name__})"
 
@@ -270,15 +291,21 @@ def main() -> None:
   limit_resources()
   sys.setrecursionlimit(10000)
   from rlscale.tasks import equivalence  # pylint: disable=g-import-not-at-top,unused-import
-  out = sys.stdout
+  # Replies get a descriptor of their own; what libraries print (a scorer's `print` of the answer)
+  # goes where stderr goes, never into the reply channel.
+  out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+  os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
   out.write(json.dumps({"ready": True}) + "\n")
   out.flush()
   for line in sys.stdin:
+    request_id = None
     try:
-      response = _handle(json.loads(line))
+      request = json.loads(line)
+      request_id = request.get("id")
+      response = _handle(request)
     except Exception as e:  # pylint: disable=broad-except (incl. MemoryError; reward 0 upstream)
       response = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-    out.write(json.dumps(response) + "\n")
+    out.write(json.dumps({**response, "id": request_id}) + "\n")
     out.flush()
 
 

@@ -107,3 +107,26 @@ def test_limits_stop_writes_and_for_unprivileged_users_fork(tmp_path):
     assert result["fork"] == "ok"
   else:
     assert result["fork"] == "BlockingIOError" and result["thread"] == "RuntimeError"
+
+
+def test_a_scorer_printing_leaves_the_replies_in_step():
+  """reasoning-gym's tower_of_hanoi prints a line for a move to a peg that does not exist; before
+  replies had their own channel that line took the reply's place and killed the worker."""
+  from rlscale.tasks.reasoning_gym_source import ReasoningGymSource  # pylint: disable=g-import-not-at-top
+  source = ReasoningGymSource("tower_of_hanoi", {}, seed=0, scorer="native")
+  example = next(e for e in map(source.train_example, range(50)) if len(e.answer) < 400)
+  restarts = worker.client().restarts
+  score = source.score("<answer>Move disk 1 from Peg 9 to Peg 2</answer>", example)
+  assert score.reward == 0.0 and score.reason.startswith("native tower_of_hanoi"), score
+  assert source.score(f"<answer>{example.answer}</answer>", example).reward == 1.0
+  assert worker.client().restarts == restarts
+
+
+def test_a_reply_out_of_step_kills_the_child(client):
+  """A line in the reply channel that is not the reply to the request sent (a stray JSON value a
+  library printed) is never taken as the answer: the child is killed and the call fails."""
+  assert client.call({"op": "sandbox"}, timeout_s=60.0)[1] == ""
+  client._buffer = b'0.5\n' + client._buffer  # pylint: disable=protected-access
+  response, failure = client.call({"op": "sandbox"}, timeout_s=60.0)
+  assert response is None and "ValueError" in failure and client.restarts == 1
+  assert client.call({"op": "sandbox"}, timeout_s=60.0)[1] == ""
