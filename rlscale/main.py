@@ -9,11 +9,19 @@ A config or input error (unknown field, invalid value, missing file) prints one 
 `error: <message>` on stderr and exits with status 2; `--verbose` (or RLSCALE_VERBOSE=1) shows the
 traceback too (see rlscale.cli).
 
-Exit status: 0 when the run is complete (or was already), 2 for a config or input error, 75
-(EX_TEMPFAIL) when Ctrl-C or SIGTERM stopped it at a checkpoint (rerun the command to resume;
-a scheduler can requeue it), 130 when Ctrl-C came before the first RL step (nothing to resume),
-128 + signum when a second signal stopped it at once.
+Exit status: 0 when the run is complete (or was already), 2 for a config or input error (a
+config file's own error as `file:line: ...`), 3 when training diverged (the last good checkpoint
+is kept), 74 (EX_IOERR) when the storage refused a write (a full disk, a file-size limit, a
+quota, an I/O error; one line names the file and the checkpoint a rerun resumes from), 75
+(EX_TEMPFAIL) when Ctrl-C or SIGTERM stopped it at a checkpoint, or before the RL loop of a run
+that has one (rerun the command to resume; a scheduler can requeue it), 130 (128 + signum for
+SIGTERM: 143) when a signal came before the first checkpoint (nothing to resume), 128 + signum
+when a second signal stopped it at once. Signals are honoured in every phase whatever the
+inherited disposition (`rlscale.runner.interrupts`).
 """
+
+import os
+import signal
 
 from absl import app
 from absl import flags
@@ -38,17 +46,53 @@ def _main(argv):
                          "--workdir=<dir> and --config.<field>=<value>")
   # orbax logs every checkpoint step at INFO; keep the terminal for progress and results.
   logging.set_verbosity(logging.WARNING)
-  from rlscale.runner.interrupts import EXIT_INTERRUPTED  # pylint: disable=g-import-not-at-top
-  from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
-  try:
-    summary = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except KeyboardInterrupt:
-    # Ctrl-C before the RL loop (warm start, first evaluation); the loop itself checkpoints.
-    print("interrupted before the first RL checkpoint; rerun the command to start again")
-    raise SystemExit(130) from None
+  # pylint: disable=g-import-not-at-top
+  from rlscale.runner import interrupts
+  from rlscale.runner.loop import train_and_evaluate
+  # pylint: enable=g-import-not-at-top
+  workdir = _WORKDIR.value
+  # Honoured from here on, whatever the inherited disposition (a background job ignores SIGINT);
+  # the RL loop's own StopFlag takes over while it runs.
+  with interrupts.StopFlag(message=interrupts.early_acknowledgement, interrupt=True) as stop:
+    try:
+      summary = train_and_evaluate(_CONFIG.value, workdir)
+    except KeyboardInterrupt:
+      raise SystemExit(_stopped_early(workdir, stop.signum)) from None
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+      # The storage refused a write (a library may say so in its own exception type): one line
+      # naming the file and the checkpoint a rerun resumes from.
+      error = cli.os_error_in(exc, under=workdir)
+      if error is None or not cli.is_storage_error(error):
+        raise
+      raise cli.storage_failure(error, where=workdir,
+                                checkpoint=_last_checkpoint(workdir)) from exc
   if summary.get("interrupted"):
     # Stopped at a checkpoint: not done, so not status 0 (a scheduler would take it as finished).
-    raise SystemExit(EXIT_INTERRUPTED)
+    raise SystemExit(interrupts.EXIT_INTERRUPTED)
+
+
+def _last_checkpoint(workdir: str) -> tuple[int | None, str]:
+  """(step of the workdir's last complete checkpoint or None, its checkpoint folder)."""
+  # pylint: disable=g-import-not-at-top
+  from rlscale.runner.checkpoints import latest_step_in
+  from rlscale.runner.run_dir import CHECKPOINTS_DIR
+  # pylint: enable=g-import-not-at-top
+  directory = os.path.join(os.path.abspath(workdir), CHECKPOINTS_DIR)
+  return latest_step_in(directory), directory
+
+
+def _stopped_early(workdir: str, signum: int | None) -> int:
+  """Prints what a signal before the RL loop left and returns the exit status: 75 when the
+  workdir holds a checkpoint (a resumed run stopped during its setup: rerunning resumes), else
+  128 + signum (130 for Ctrl-C: nothing to resume)."""
+  from rlscale.runner import interrupts  # pylint: disable=g-import-not-at-top
+  step, directory = _last_checkpoint(workdir)
+  if step is not None:
+    print(f"interrupted before the RL loop; the last checkpoint is step {step} in {directory}; "
+          "rerun the command to resume")
+    return interrupts.EXIT_INTERRUPTED
+  print("interrupted before the first RL checkpoint; rerun the command to start again")
+  return 128 + int(signum or signal.SIGINT)
 
 
 def run():

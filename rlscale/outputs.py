@@ -32,13 +32,22 @@ def write_atomic(path: str, data: str | bytes) -> None:
   The temporary name is per process, so processes writing the same file at once (the hosts of a
   multi-host run sharing a warm-start cache, runs of a sweep) never interleave their bytes.
   On failure the temporary file and the folders created are removed, `path` keeps its previous
-  content, and the exception propagates."""
+  content, and the exception propagates; an OSError without a file name (a write the disk
+  refused: ENOSPC, EFBIG) is raised again as OSError(errno, strerror, path)."""
   tmp = f"{path}.{os.getpid()}.tmp"
   created = make_dirs(os.path.dirname(os.path.abspath(path)))
   try:
     with open(tmp, "wb") as f:
       f.write(data.encode("utf-8") if isinstance(data, str) else data)
     os.replace(tmp, path)
+  except OSError as e:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    remove_empty_dirs(created)
+    if e.filename is not None:
+      raise
+    # A write refused by the disk (ENOSPC, EFBIG) carries no file name; name the target.
+    raise OSError(e.errno, e.strerror, path) from e
   except BaseException:
     with contextlib.suppress(OSError):
       os.remove(tmp)

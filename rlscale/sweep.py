@@ -9,7 +9,9 @@ statuses and errors to DIR/sweep.json (a run that fails before writing results l
 DIR/runs/<name>). `--list` prints one shell command per run (for a job-array
 scheduler) and runs nothing; `--shard=i/n` runs every n-th run from i; `--validate` (after the
 sweep) runs the runs its report's decisions compare one at a time, alone, into DIR/validation. The exit status is the
-number of failed runs (2 with one `error:` line for bad input). The work is done by
+number of failed runs (2 with one `error:` line for bad input); a run whose workdir another
+process holds (another sweep, the run started by hand) is not started and counts as "running
+elsewhere", not failed. The work is done by
 `rlscale.scaling.sweep.run_sweep`, which the notebooks call too.
 """
 
@@ -67,7 +69,11 @@ def _main(argv):
     print(f"sweep: interrupted ({stopped} run(s) stopped at a checkpoint, {failed} failed); "
           f"statuses in {summary['record']}; rerun the same command to resume")
     raise SystemExit(128 + int(summary["interrupted_by"]))
-  print(f"sweep: {len(summary['runs'])} runs, {failed} failed; statuses in {summary['record']}")
+  elsewhere = summary.get("running_elsewhere", 0)
+  # Not failed, not done: another process (another sweep, a run started by hand) holds them.
+  held = f", {elsewhere} running elsewhere (not started here)" if elsewhere else ""
+  print(f"sweep: {len(summary['runs'])} runs, {failed} failed{held}; statuses in "
+        f"{summary['record']}")
   raise SystemExit(min(failed, sweep.MAX_EXIT_STATUS))
 
 

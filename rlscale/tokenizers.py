@@ -108,10 +108,15 @@ class ChatFormat:
                        "task.chat_template='off' or 'auto'")
     use = template is not None and self.mode != "off"
     if not use and (self.system_prompt is not None or self.template_kwargs):
+      # How to clear each: a mapping empties from the command line; a string field cannot be set
+      # to None there (ml_collections parses `None` as the string "None").
+      clear = ((["--config.task.chat_template_kwargs={}"] if self.template_kwargs else []) +
+               (["task.system_prompt=None in the config file"]
+                if self.system_prompt is not None else []))
       raise ValueError(f"task.system_prompt / task.chat_template_kwargs are set but no chat "
                        f"template is applied (task.chat_template={self.mode!r}, {source} "
-                       f"{'ships none' if template is None else 'ships one'}); unset them or "
-                       "use a checkpoint with a template")
+                       f"{'ships none' if template is None else 'ships one'}); clear them "
+                       f"({', '.join(clear)}) or use a checkpoint with a template")
     return use
 
   def messages(self, text: str) -> list[dict[str, str]]:

@@ -1,8 +1,12 @@
 """`python -m rlscale.main`: config and input errors print one line `error: ...` on stderr and exit
 with status 2, naming the field and, for unknown fields, the closest ones and other libraries'
-names; --verbose / RLSCALE_VERBOSE=1 add the traceback."""
+names (a config file's own error by file:line, undecodable data by line and column); a write the
+storage refuses prints one line naming the file and the checkpoint to resume from, status 74;
+--verbose / RLSCALE_VERBOSE=1 add the traceback."""
 
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -139,3 +143,78 @@ def test_a_failed_run_leaves_an_existing_workdir_as_it_was(tmp_path):
   assert result.returncode == 2, result.stderr
   assert _tree(tmp_path) == before
   assert (workdir / "notes.txt").read_text() == "my notes"
+
+
+# --- A config file's own error, undecodable data, a file-size limit: one line, their statuses.
+
+RAISING_CONFIG = """import ml_collections
+
+
+def get_config(arg=None):
+  config = ml_collections.ConfigDict()
+  raise ValueError(f"variant {arg!r} is not ready")
+"""
+
+
+@pytest.mark.parametrize("source, expected", [
+    (RAISING_CONFIG, "error: {path}:6: ValueError: variant 'smoke' is not ready"),
+    ("import ml_collections\n\ndef get_config(arg=None)\n  return ml_collections.ConfigDict()\n",
+     "error: {path}:3: SyntaxError: expected ':'"),
+])
+def test_an_error_in_the_config_file_is_one_line_with_its_file_and_line(tmp_path, source,
+                                                                       expected):
+  path = tmp_path / "my_config.py"
+  path.write_text(source)
+  result = _run(f"--config={path}:smoke", f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 2, result.stderr
+  assert _error_lines(result.stderr) == [expected.format(path=path)]
+  assert "Traceback" not in result.stderr
+
+
+def test_a_jsonl_that_is_not_utf8_is_named_by_line_and_column(tmp_path):
+  data = tmp_path / "latin1.jsonl"
+  data.write_bytes(b'{"question": "q", "answer": "#### 1"}\n'
+                   b'{"question": "Ren\xe9 has 3 apples", "answer": "#### 3"}\n')
+  result = _run(f"--config={_local_math_config(tmp_path)}", f"--config.task.data_path={data}",
+                f"--config.task.data_dir={tmp_path / 'cache'}", f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 2, result.stderr
+  assert _error_lines(result.stderr) == [
+      f"error: {data}:2: not valid UTF-8 (byte 0xe9 at column 18); convert the file to UTF-8 "
+      "(e.g. iconv -f <its encoding> -t utf-8)"]
+
+
+def _not_progress(stderr):
+  """stderr's lines other than the progress bar's (tqdm redraws it after carriage returns)."""
+  return [line for line in stderr.split("\n")
+          if line.strip() and not line.split("\r")[-1].lstrip().startswith("RL:")]
+
+
+def test_a_file_size_limit_mid_run_is_one_line_exit_74_and_the_rerun_resumes(tmp_path):
+  workdir = tmp_path / "run"
+  smoke = [f"--config={DEFAULT}:smoke", f"--workdir={workdir}"]
+  assert _run(*smoke, "--config.train.total_steps=3").returncode == 0  # checkpoint at step 3
+  # Three more steps under a 300 KiB file-size limit: step 6's checkpoint (MBs) is refused.
+  # (The shell sets the limit: a preexec_fn would fork this multithreaded process.) Python
+  # ignores SIGXFSZ, so a larger write raises EFBIG.
+  limited = subprocess.run(
+      ["bash", "-c", 'ulimit -f 300 && exec "$@"', "bash", sys.executable, "-m", "rlscale.main",
+       *smoke, "--config.train.total_steps=6"], cwd=REPO,
+      env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+      timeout=hang_timeout(150))
+  assert limited.returncode == 74, limited.stderr
+  lines = _not_progress(limited.stderr)
+  assert len(lines) <= 3 and [line for line in lines if "error" in line.lower()] == [
+      lines[-1]], limited.stderr  # without the fix: ~300 lines of orbax / asyncio tracebacks
+  checkpoints = workdir / "checkpoints"
+  match = re.fullmatch(
+      rf"error: could not write ({re.escape(str(checkpoints))}/6\.orbax-checkpoint-tmp/\S+): "
+      r"File too large \(a file-size limit; ulimit -f\); the last good checkpoint is step 3 in "
+      rf"{re.escape(str(checkpoints))}; free space or raise the limit and rerun to resume",
+      lines[-1])
+  assert match, lines[-1]
+  # The limit lifted, the same command resumes from step 3 and finishes.
+  rerun = _run(*smoke, "--config.train.total_steps=6")
+  assert rerun.returncode == 0, rerun.stderr
+  assert "resumed from checkpoint at step 3" in rerun.stdout
+  assert json.loads((workdir / "summary.json").read_text())["steps"] == 6
+  assert sorted(os.listdir(checkpoints)) == ["3", "6"]

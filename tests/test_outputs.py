@@ -1,5 +1,6 @@
 """rlscale.outputs: atomic writes, and folders that a failed command leaves as they were."""
 
+import errno
 import json
 import os
 
@@ -92,3 +93,30 @@ def test_staged_files_are_all_moved_in_or_none(tmp_path):
     with outputs.staged_files(str(tmp_path / "fresh")):
       raise RuntimeError("figure failed")
   assert not (tmp_path / "fresh").exists()
+
+
+class _FullDisk:
+  """A file object whose writes fail as on a full disk: OSError without a file name."""
+
+  def __init__(self, *unused_args, **unused_kwargs):
+    pass
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return False
+
+  def write(self, data):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_refused_write_names_the_target_and_keeps_the_old_file(tmp_path, monkeypatch):
+  path = tmp_path / "summary.json"
+  path.write_text("old")
+  monkeypatch.setattr(outputs, "open", _FullDisk, raising=False)  # what write_atomic opens
+  with pytest.raises(OSError) as e:
+    outputs.write_atomic(str(path), "new")
+  assert (e.value.errno, e.value.filename) == (errno.ENOSPC, str(path))
+  assert str(e.value) == f"[Errno 28] No space left on device: '{path}'"
+  assert path.read_text() == "old" and _tree(tmp_path) == ["summary.json"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -233,8 +234,8 @@ def check_train_config(config) -> None:
   if config.sft.steps < 0 or (config.sft.steps and config.sft.batch_size < 1):
     raise ValueError(f"sft.steps must be >= 0 and sft.batch_size >= 1, got {config.sft.steps}, "
                      f"{config.sft.batch_size}")
-  if config.sft.learning_rate <= 0:
-    raise ValueError(f"sft.learning_rate must be > 0, got {config.sft.learning_rate}")
+  if not config.sft.learning_rate > 0 or not math.isfinite(config.sft.learning_rate):  # NaN too
+    raise ValueError(f"sft.learning_rate must be > 0 and finite, got {config.sft.learning_rate}")
   if not isinstance(config.train.get("measure_noise_scale", False), bool):
     raise ValueError(f"train.measure_noise_scale must be True or False, "
                      f"got {config.train.measure_noise_scale!r}")
@@ -444,19 +445,48 @@ def _mesh_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, hos
   }
 
 
-def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
-  """Validates `config` and builds a `Run` (warm start included).
+@dataclasses.dataclass(frozen=True)
+class CheckedConfig:
+  """What `check_config` works out from a valid config, without the model or the task.
 
-  The pmap path by default; a mesh (`layout.MeshLayout`: the sharded update step, the mesh
-  sampler, the sharded forward passes) when config.mesh asks for fsdp or tensor parallelism
-  (`layout.uses_mesh`)."""
-  maybe_initialize_distributed(config.get("distributed", "auto"))
-  num_devices = jax.local_device_count()
+  Attributes:
+    rl: the resolved `rl` section (presets filled, `default_old_logp` applied).
+    mesh: the Mesh of config.mesh, or None for the pmap path (`mesh_from_config`).
+    batch_parallelism: how many parts the update batch is split into: every process's devices
+      on the pmap path, data x fsdp on a mesh.
+    total_steps: RL steps of the run (`resolve_total_steps`).
+    optimizer_args: `make_optimizer` keywords (`update.optimizer_args`).
+    optimizer: the policy's optimizer; critic_optimizer: a PPO critic's (None without a critic).
+    prompt_buckets: the sampler's prompt lengths (`prompt_buckets`).
+    sampling: the rollouts' SamplingConfig; eval_sampling: the sampled held-out metrics'.
+  """
+  rl: Any
+  mesh: Any
+  batch_parallelism: int
+  total_steps: int
+  optimizer_args: dict
+  optimizer: Any
+  critic_optimizer: Any
+  prompt_buckets: tuple
+  sampling: SamplingConfig
+  eval_sampling: SamplingConfig
+
+
+def check_config(config) -> CheckedConfig:
+  """Validates everything in `config` that can be checked without building the model, the task
+  or the tokenizer (cheap: no weights are read, nothing compiles; an HF checkpoint's config.json
+  is read for its experts), and returns what it works out (`CheckedConfig`).
+
+  Called by `build_run` and, before the workdir exists, by `rlscale.runner.preflight`.
+
+  Raises: ValueError naming the field and its allowed values (rl.*, mesh.*, train.*, eval.*,
+  sft.*, optim.*, rollout.*, model.source / model.remat), FileNotFoundError for a missing
+  model.checkpoint_path."""
   rl = resolve_rl_config(config.rl)
   mesh = mesh_from_config(config)
   # The update's per-device batch is B / (all processes' devices), on a mesh B / (data x fsdp).
-  validate_rl_config(rl, num_devices=jax.device_count() if mesh is None else
-                     mesh_lib.batch_parallelism(mesh))
+  parallelism = jax.device_count() if mesh is None else mesh_lib.batch_parallelism(mesh)
+  validate_rl_config(rl, num_devices=parallelism)
   hosts_lib.check_rl_config(rl, hosts_lib.current())
   check_model_source(config)
   rl = default_old_logp(config, rl)
@@ -464,12 +494,33 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   check_train_config(config)
   batch_size = rl.prompts_per_step * rl.group_size
   total_steps = resolve_total_steps(config.train, batch_size)
-  # Everything that can be checked without the model is checked before the (slow) warm start.
   optimizer_args = update_lib.optimizer_args(rl, total_steps, config.train.get("total_samples"))
   optimizer = make_optimizer(config.optim, **optimizer_args)
-  buckets = prompt_buckets(config.rollout.max_prompt_tokens)
+  critic_optimizer = None
+  if update_lib.uses_critic(rl):
+    critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
+                                      **optimizer_args)
   sampling = rollout_sampling(config, rl)
-  sampled_eval = eval_sampling(sampling, config.eval.get("sampling"))
+  return CheckedConfig(
+      rl=rl, mesh=mesh, batch_parallelism=parallelism, total_steps=total_steps,
+      optimizer_args=optimizer_args, optimizer=optimizer, critic_optimizer=critic_optimizer,
+      prompt_buckets=prompt_buckets(config.rollout.max_prompt_tokens), sampling=sampling,
+      eval_sampling=eval_sampling(sampling, config.eval.get("sampling")))
+
+
+def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
+  """Validates `config` (`check_config`) and builds a `Run` (warm start included).
+
+  The pmap path by default; a mesh (`layout.MeshLayout`: the sharded update step, the mesh
+  sampler, the sharded forward passes) when config.mesh asks for fsdp or tensor parallelism
+  (`layout.uses_mesh`)."""
+  maybe_initialize_distributed(config.get("distributed", "auto"))
+  num_devices = jax.local_device_count()
+  # Everything that can be checked without the model is checked before the (slow) warm start.
+  checked = check_config(config)
+  rl, mesh, total_steps = checked.rl, checked.mesh, checked.total_steps
+  optimizer_args, optimizer = checked.optimizer_args, checked.optimizer
+  buckets, sampling, sampled_eval = checked.prompt_buckets, checked.sampling, checked.eval_sampling
   if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
     # Dr. GRPO's constant defaults to the response limit Tr; fixed here because the update step
     # trains on each batch's bucketed response width (rl_step.rl_step), not on Tr.
@@ -484,11 +535,9 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
     log(tokenizers_lib.describe_prompts(tokenizer))
   model_config, params, export_dtype = build_model(config, tokenizer, log)
   params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
-  critic_params, critic_optimizer = None, None
+  critic_params, critic_optimizer = None, checked.critic_optimizer
   if update_lib.uses_critic(rl):
     critic_params = critic_params_from_policy(params, model_config, jax.random.key(config.seed + 1))
-    critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
-                                      **optimizer_args)
   host_state = create_train_state(params, optimizer, critic_params=critic_params,
                                   critic_optimizer=critic_optimizer)
   measure_noise_scale = config.train.get("measure_noise_scale", False)

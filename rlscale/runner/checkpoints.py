@@ -15,16 +15,34 @@ Several processes (orbax's multi-process convention): every process constructs t
 on the same directory (a file system all of them see) and calls `save` and `restore` at the same
 steps; orbax synchronises them, writes the host arrays and metadata from process 0 (the primary
 host), and every process reads them back on restore. The runner's metadata holds global counters.
+
+A save the storage refuses (a full disk, a file-size limit, a quota, an I/O error) raises one
+OSError naming the file (`storage_error`); the previous checkpoint stays the latest
+(`latest_step_in` reads it without opening a manager), and the failed step's temporary folder is
+removed when the next Checkpointer opens the folder (the rerun).
+orbax reports such a failure twice more on its way: each of its background threads logs the
+exception with its traceback before the main thread re-raises it, and the event loops it runs the
+writes on close at the first failed write while the other writes of the step are still in flight,
+whose completions then find the loop closed (tensorstore prints "RuntimeError: Event loop is
+closed" for each, ~300 lines). `_one_report_of_failures` keeps both out of the terminal during a
+save: orbax's error records are held back and shown only if the save succeeds anyway (a failed
+save is reported once, by its exception), and the loops created during the save drop a callback
+that arrives after they closed (nothing awaits it any more).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from rlscale import cli
 
 
 def _spans_devices(x) -> bool:
@@ -52,6 +70,86 @@ def _restore_target(target: Any) -> Any:
   return jax.tree.map(lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else to_host(x), target)
 
 
+def storage_error(exc: BaseException, directory: str) -> OSError | None:
+  """The OSError(errno, strerror, file) behind a failed save into `directory`, or None when
+  `exc` (or its chain) holds no operating-system error (`rlscale.cli.os_error_in`: tensorstore
+  reports a failed write as ValueError("... Failed writing: \"<file>\" ... [os_error_code='27']")).
+  The file is the one the write failed on, else `directory` itself."""
+  error = cli.os_error_in(exc, under=directory)
+  if error is None or error.filename is not None:
+    return error
+  return OSError(error.errno, error.strerror, directory)
+
+
+class _ClosedTolerantLoop(asyncio.SelectorEventLoop):
+  """An event loop that drops a callback handed to it from another thread after it closed,
+  instead of raising RuntimeError("Event loop is closed") into the caller (tensorstore's
+  completion callback, which prints it): only a write whose save already failed arrives then."""
+
+  def call_soon_threadsafe(self, callback, *args, context=None):
+    try:
+      return super().call_soon_threadsafe(callback, *args, context=context)
+    except RuntimeError:
+      if self.is_closed():
+        return None
+      raise
+
+
+class _ClosedTolerantPolicy(asyncio.DefaultEventLoopPolicy):
+  """Creates `_ClosedTolerantLoop`s (`asyncio.new_event_loop`, which orbax calls per save)."""
+  _loop_factory = _ClosedTolerantLoop
+
+
+class _HeldOrbaxErrors(logging.Filter):
+  """Holds back orbax's ERROR records (its background threads log each exception they re-raise
+  in the main thread), to be shown by `release` or dropped."""
+
+  def __init__(self):
+    super().__init__()
+    self.held = []
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname:
+      self.held.append(record)
+      return False
+    return True
+
+  def release(self, logger: logging.Logger) -> None:
+    for record in self.held:
+      logger.handle(record)
+
+
+@contextlib.contextmanager
+def _one_report_of_failures() -> Iterator[None]:
+  """For the duration of a save: orbax's error log records held back (shown after the block
+  only if it ends without an exception) and event loops that tolerate late callbacks (see the
+  module docstring). Not thread-safe: the event-loop policy is process-wide, and the save
+  happens in the main thread."""
+  absl_logger = logging.getLogger("absl")  # orbax logs with absl.logging
+  held = _HeldOrbaxErrors()
+  policy = asyncio.get_event_loop_policy()
+  absl_logger.addFilter(held)
+  asyncio.set_event_loop_policy(_ClosedTolerantPolicy())
+  try:
+    yield
+  except BaseException:
+    held.held.clear()  # the exception reports the failure
+    raise
+  finally:
+    asyncio.set_event_loop_policy(policy)
+    absl_logger.removeFilter(held)
+    held.release(absl_logger)
+
+
+def latest_step_in(directory: str) -> int | None:
+  """Step of the newest complete (finalized) checkpoint under `directory`, or None when it has
+  none or does not exist. Reads the folder only (no manager is opened), so it also works on a
+  full disk, e.g. to name the checkpoint a failed run resumes from."""
+  if not os.path.isdir(directory):
+    return None
+  return max(ocp.path.step.checkpoint_steps(directory), default=None)
+
+
 class Checkpointer:
   """Keeps the last `keep` checkpoints of (train state, JSON metadata) under `directory`.
 
@@ -66,8 +164,10 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     self._manager = ocp.CheckpointManager(
         self.directory,
+        # cleanup_tmp_directories: a save that failed or crashed left its temporary folder.
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                             enable_async_checkpointing=False),
+                                             enable_async_checkpointing=False,
+                                             cleanup_tmp_directories=True),
         item_names=("state", "meta"))
 
   def latest_step(self) -> int | None:
@@ -76,10 +176,23 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, meta: dict) -> None:
     """Writes `state` and `meta` (JSON-able) for `step`. state: a host or single-device pytree
-    (written as numpy), or a mesh's global arrays (written sharded, see `savable`)."""
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(savable(state)), meta=ocp.args.JsonSave(meta)), force=True)
-    self._manager.wait_until_finished()
+    (written as numpy), or a mesh's global arrays (written sharded, see `savable`).
+
+    Raises: OSError(errno, strerror, file) when the storage refuses the write (`storage_error`:
+    ENOSPC, EFBIG, EDQUOT, EIO, EACCES...); `latest_step()` is then still the previous step.
+    The step's temporary folder stays until the next Checkpointer on the folder removes it
+    (writes of the failed save may still be finishing when this returns)."""
+    try:
+      with _one_report_of_failures():
+        self._manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(savable(state)), meta=ocp.args.JsonSave(meta)),
+                           force=True)
+        self._manager.wait_until_finished()
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+      error = storage_error(exc, self.directory)
+      if error is None:
+        raise
+      raise error from exc
 
   def restore(self, step: int, target: Any) -> tuple[Any, dict]:
     """Reads checkpoint `step` into the structure of `target`: a host pytree (returns numpy

@@ -1,4 +1,10 @@
-"""Loading ml_collections config files by path, so one config file can start from another."""
+"""Loading ml_collections config files by path, so one config file can start from another.
+
+A config (or sweep) file is code the user wrote: its syntax error, or an exception raised while
+it runs (its get_config raising ValueError, a NameError), is reported as a user error on one line,
+`<file>:<line>: <ExceptionType>: <message>` (`ConfigFileError`), at the innermost line of the file
+the exception passed through, not as the loader's traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +12,85 @@ import difflib
 import importlib.util
 import os
 
+from rlscale import cli
+
+
+class ConfigFileError(ValueError):
+  """An error in a config or sweep file, its message `<file>:<line>: <ExceptionType>: <message>`
+  (a ValueError: rlscale.cli prints it as one line and exits with status 2)."""
+
+
+def _innermost_line(exc: BaseException, path: str) -> int | None:
+  """Line of the innermost frame of exc's traceback that runs the file `path`, or None."""
+  target = os.path.realpath(path)
+  line, tb = None, exc.__traceback__
+  while tb is not None:
+    if os.path.realpath(tb.tb_frame.f_code.co_filename) == target:
+      line = tb.tb_lineno
+    tb = tb.tb_next
+  return line
+
+
+def config_file_error(exc: BaseException, path: str) -> ConfigFileError | None:
+  """`exc` (raised while loading or calling the config file `path`) as a ConfigFileError, or None
+  when nothing in its chain comes from the file (a bad override, a bug in a library).
+
+  Looked for along the chain (ml_collections and absl re-raise a config's exception wrapped),
+  innermost first: a ConfigFileError (a file the config loaded), a SyntaxError (at its own
+  file and line), an exception whose traceback passes through `path` (its innermost line
+  there)."""
+  chain = list(cli.exception_chain(exc))[::-1]
+  for error in chain:
+    if isinstance(error, ConfigFileError):
+      return error
+  for error in chain:
+    if isinstance(error, SyntaxError) and error.filename:
+      return ConfigFileError(f"{error.filename}:{error.lineno}: {type(error).__name__}: "
+                             f"{' '.join((error.msg or '').split())}")
+    line = _innermost_line(error, path)
+    if line is not None:
+      return ConfigFileError(f"{path}:{line}: {type(error).__name__}: {cli.error_line(error)}")
+  return None
+
 
 def import_python_file(path: str, kind: str):
   """Imports the Python file at `path` as a fresh module (a config or sweep file); `kind` names it
-  in the error. Raises FileNotFoundError naming the path when the file is missing."""
+  in the error.
+
+  Raises: FileNotFoundError naming the path when the file is missing; ConfigFileError for a
+  syntax error in it or an exception its top level raises (`config_file_error`)."""
   if not os.path.exists(path):
     raise FileNotFoundError(f"{kind} file {path!r} not found")
   name = f"rlscale_{kind}_" + os.path.splitext(os.path.basename(path))[0]
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except Exception as exc:  # pylint: disable=broad-exception-caught
+    located = config_file_error(exc, path)
+    if located is None:
+      raise
+    raise located from exc
   return module
 
 
 def load_config_file(path: str, arg: str | None = None):
   """Calls `get_config(arg)` of the Python config file at `path` (relative paths are taken from the
-  current directory). Raises FileNotFoundError when the file is missing, ValueError (a user error,
-  reported on one line by rlscale.cli) when it has no `get_config`."""
+  current directory).
+
+  Raises: FileNotFoundError when the file is missing; ValueError (a user error, reported on one
+  line by rlscale.cli) when it has no `get_config`; ConfigFileError (`file:line: ...`) for a
+  syntax error in it or an exception raised while it runs."""
   module = import_python_file(path, "config")
   if not hasattr(module, "get_config"):
     raise ValueError(f"config file {path!r} defines no get_config(arg=None)")
-  return module.get_config(arg) if arg is not None else module.get_config()
+  try:
+    return module.get_config(arg) if arg is not None else module.get_config()
+  except Exception as exc:  # pylint: disable=broad-exception-caught
+    located = config_file_error(exc, path)
+    if located is None:
+      raise
+    raise located from exc
 
 
 def sibling(config_file: str, name: str) -> str:

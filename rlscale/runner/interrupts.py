@@ -11,6 +11,18 @@ written atomically (rlscale.runner.checkpoints), so the last complete one is kep
 A run stopped cleanly at a checkpoint exits with EXIT_INTERRUPTED (75, EX_TEMPFAIL in BSD's
 sysexits.h: "try again later"), so a scheduler sees a preempted run as unfinished, not done, and
 can requeue the same command, which resumes it.
+
+Signals are honoured whatever disposition the process inherited. A process started with SIGINT
+ignored (a script's background job: `cmd &` in a non-interactive shell sets SIGINT and SIGQUIT to
+SIG_IGN) would keep ignoring Ctrl-C in plain Python, and SIGTERM's default kills at once without
+cleanup; but a scheduler or a user stops a run with `kill -INT` / `kill -TERM` and must get the
+same outcome in every phase. So `rlscale.main` installs a StopFlag with `interrupt=True` for the
+whole run: before the RL loop (model load, warm start, first evaluation) the first signal is
+acknowledged at once and raises KeyboardInterrupt in the main thread (the run stops: 130 for
+SIGINT, 128 + signum for another, or 75 when the workdir already holds a checkpoint to resume
+from); the RL loop's own StopFlag takes over inside the loop (checkpoint at the end of the step,
+75) and hands back when it ends. A second signal stops at once (128 + signum) in every phase.
+SIGHUP and SIGQUIT keep their dispositions (`nohup` runs stay immune to hang-ups).
 """
 
 from __future__ import annotations
@@ -23,6 +35,12 @@ from typing import Callable
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Exit status of a run stopped by a signal at a checkpoint (sysexits.h EX_TEMPFAIL): rerun it.
 EXIT_INTERRUPTED = 75
+
+
+def early_acknowledgement() -> str:
+  """The line printed on the first signal before the RL loop started (nothing to checkpoint)."""
+  return ("interrupt received: stopping before the first RL step; press Ctrl-C again to stop "
+          "now")
 
 
 def acknowledgement(step: int | None) -> str:
@@ -43,18 +61,23 @@ class StopFlag:
 
   A second signal prints one line and ends the process with os._exit(128 + signum) (130 for
   Ctrl-C, 143 for SIGTERM). Outside the main thread (some notebook kernels) nothing is installed.
+  Installed whatever the signals' previous dispositions (SIG_IGN included); restored on exit.
   """
 
   def __init__(self, current_step: Callable[[], int | None] = lambda: 0, *,
                message: Callable[[], str] | None = None,
-               on_signal: Callable[[int], None] | None = None):
+               on_signal: Callable[[int], None] | None = None, interrupt: bool = False):
     """`message()` replaces the acknowledgement line; `on_signal(signum)` runs (in the watcher
-    thread) on every signal before it is acted on, e.g. a sweep forwarding it to its runs."""
+    thread) on every signal before it is acted on, e.g. a sweep forwarding it to its runs.
+    `interrupt=True`: the first signal also raises KeyboardInterrupt in the main thread (as
+    Python's default Ctrl-C does, for SIGTERM too; `.signum` says which), for phases with no
+    step boundary to stop at."""
     self.stop = False
     self.signum = None  # the first signal received
     self._current_step = current_step
     self._message = message or (lambda: acknowledgement(self._current_step()))
     self._on_signal = on_signal
+    self._interrupt = interrupt
     self._previous = {}
     self._previous_wakeup = None
     self._pipe = None
@@ -76,6 +99,9 @@ class StopFlag:
   def _handle(self, signum, frame):  # pylint: disable=unused-argument
     # Runs late (between bytecodes); the watcher thread has already acted on the signal.
     self.stop = True
+    self.signum = self.signum or signum
+    if self._interrupt:
+      raise KeyboardInterrupt
 
   def _watch(self, read_fd: int) -> None:
     while True:

@@ -41,15 +41,19 @@ import numpy as np
 import tqdm
 
 from rlscale import outputs
+from rlscale.cli import TrainingDiverged
 from rlscale.runner import builders
 from rlscale.runner import hosts as hosts_lib
+from rlscale.runner import preflight
 from rlscale.runner import progress
+from rlscale.runner import workdir_lock
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.evaluate import METRIC_NAMES, evaluation_key
 from rlscale.runner.interrupts import StopFlag
 from rlscale.runner.layout import layout_of
 from rlscale.runner.metrics_log import MetricsLogger
-from rlscale.runner.rl_step import clip_fired, rl_step
+from rlscale.runner.rl_step import (all_finite, clip_fired, divergence_message,
+                                     nonfinite_training_values, rl_step, stopped_note)
 from rlscale.runner.rollouts import MAX_SAMPLING_ROUNDS
 from rlscale.runner.run_dir import (CHECKPOINTS_DIR, CONFIG_FILE, POLICY_DIR, SUMMARY_FILE,
                                     WARM_START_FILE, check_resume_config, completed_summary,
@@ -87,20 +91,31 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   Writes into workdir: config.json (resolved), metrics.jsonl, tensorboard/, checkpoints/,
   curves_vs_samples.png, curves_vs_wall_time.png, summary.json and policy/ (the final policy as a
   HF checkpoint, see `export_policy`).
+  One run per workdir: process 0 holds the workdir's lock (`rlscale.runner.workdir_lock`) from
+  the moment the workdir exists to the end; a run started in a workdir another run holds raises
+  WorkdirInUse (a ValueError naming the holder's pid and host) and changes nothing there.
   A run that fails (an exception or Ctrl-C) before it has written results leaves no half-made
   workdir: unless `holds_results(workdir)`, what the run added is removed, and the workdir itself
   when the run created it (`rlscale.outputs.removed_on_failure`); a workdir that existed before
   keeps what it held. With several processes only process 0 removes anything: the workdir is
   shared, and what another process would see as added may be process 0's.
 
+  A non-finite loss or gradient norm at a step (or a non-finite state about to be checkpointed)
+  stops the run there: that step's metrics record is written, no checkpoint of it and no policy,
+  and TrainingDiverged (exit status 3) names the step and the last good checkpoint.
+
   Raises: ValueError for an invalid config (naming the field and the allowed values),
-  FileNotFoundError for a missing checkpoint or data path.
+  FileNotFoundError for a missing checkpoint or data path, workdir_lock.WorkdirInUse (a
+  ValueError) when another run holds the workdir, rlscale.cli.TrainingDiverged as above.
   """
   builders.maybe_initialize_distributed(config.get("distributed", "auto"))
+  preflight.check_config(config)  # before the workdir exists: a refusal leaves nothing on disk
   if not hosts_lib.joined().writer:
     outputs.make_dirs(workdir)
     return _train_and_evaluate(config, workdir, stop_after_steps)
-  with outputs.removed_on_failure(workdir, keep=holds_results):
+  # The lock first, before any slow step and before removed_on_failure looks at the workdir: a
+  # refused run must neither wait for a model build nor remove what the holder is writing.
+  with workdir_lock.held(workdir), outputs.removed_on_failure(workdir, keep=holds_results):
     return _train_and_evaluate(config, workdir, stop_after_steps)
 
 
@@ -197,18 +212,23 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
         tqdm.tqdm.write(_out_of_rounds_warning(run, record, step + 1))
       step += 1
       record.update(step=step, **counters)
+      diverged = nonfinite_training_values(record)
       if stop_after_steps is not None and step - first_step >= stop_after_steps:
         stop.stop = True
-      if evaluation_due(step=step, total_steps=total_steps, samples_before=samples_before,
-                        samples_after=counters["samples"], eval_every=config.train.eval_every,
-                        eval_every_samples=config.train.get("eval_every_samples")):
+      if not diverged and evaluation_due(  # no evaluation of a diverged policy
+          step=step, total_steps=total_steps, samples_before=samples_before,
+          samples_after=counters["samples"], eval_every=config.train.eval_every,
+          eval_every_samples=config.train.get("eval_every_samples")):
         with clock.measure("evaluation"):
           last_eval = held_out_metrics(run, state.params, eval_key, hosts)
         record.update(last_eval)
         shown_accuracy = last_eval["eval/greedy_accuracy"]
       # time/* covers everything since the previous record (the previous step's checkpoint too).
       record.update(clock.record())
-      logger.write(record)
+      logger.write(record)  # a diverged step's too, so the user sees its values
+      if diverged:
+        raise _diverged(bar, logger, checkpointer, lambda last, where: divergence_message(
+            step, record, diverged, last, where))
       new_shapes = shapes.new(record)
       if (step > first_step + 1 and record["time/compile"] >= progress.COMPILE_NOTICE_SECONDS
           and hosts.writer):
@@ -222,7 +242,16 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
       stopping = hosts_lib.any_process(stop.stop, hosts)
       if step % config.train.checkpoint_every == 0 or step == total_steps or stopping:
         with clock.measure("checkpointing"):
-          checkpointer.save(step, layout.saved_state(state), {
+          saved = layout.saved_state(state)
+          # A finite loss and gradient norm can still leave non-finite parameters (an update
+          # overflowing), and a checkpoint of them would be resumed: check what is saved.
+          if not all_finite(saved):
+            raise _diverged(bar, logger, checkpointer, lambda last, where: (
+                f"step {step}: the parameters or optimizer state are not finite after the "
+                f"update (loss {record['train/loss']:.6g}, grad norm "
+                f"{record['train/grad_norm']:.6g}); "
+                + stopped_note(last, where)))
+          checkpointer.save(step, saved, {
               "step": step, "counters": counters,
               "wall_seconds": clock.wall_seconds(), "phase_seconds": clock.totals})
     running = None
@@ -239,7 +268,18 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
     # Still under the stop flag: a signal now is acknowledged (the export and summary finish);
     # a second one stops at once, and a rerun writes them from the last checkpoint.
     return finish(workdir, run, layout.host_params(state.params), warm_eval, step,
-                   counters, clock)
+                  counters, clock, final_eval=last_eval)
+
+
+def _diverged(bar, logger, checkpointer, message) -> TrainingDiverged:
+  """The TrainingDiverged to raise when training stops on non-finite values: the progress bar,
+  metrics log and checkpointer closed first (the error line then stands alone, the log is
+  flushed), `message(last good checkpoint step or None, checkpoint folder)` its text."""
+  bar.close()
+  logger.close()
+  last_good = checkpointer.latest_step()
+  checkpointer.close()
+  return TrainingDiverged(message(last_good, checkpointer.directory))
 
 
 class _ShapeLog:

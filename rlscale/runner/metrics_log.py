@@ -14,6 +14,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from rlscale import cli
+
 METRICS_FILE = "metrics.jsonl"
 # Committed study logs are stored gzipped (a 1,024-step run's log is ~1.7 MB of text); readers
 # take either form.
@@ -47,7 +49,9 @@ class MetricsLogger:
       truncate_after_step(self.path, resume_step)
     elif os.path.exists(self.path):
       os.remove(self.path)
-    self._file = open(self.path, "a", encoding="utf-8")
+    # Unbuffered: a record is on disk when write returns, and a write the disk refuses leaves no
+    # buffered bytes for the interpreter to retry (and report again) at exit.
+    self._file = open(self.path, "ab", buffering=0)
     self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
@@ -57,12 +61,19 @@ class MetricsLogger:
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge_step)
 
   def write(self, record: Mapping[str, Any]) -> None:
-    """Writes one record; it must hold an integer `step`. Flushed at once (crash-safe)."""
+    """Writes one record; it must hold an integer `step`. On disk when it returns (crash-safe).
+
+    Raises: ValueError for a record without `step`; OSError naming metrics.jsonl when the write
+    fails (a full disk: rlscale.cli reports it on one line)."""
     if "step" not in record:
       raise ValueError(f"metrics record needs a 'step' field, got keys {sorted(record)}")
     clean = {k: _to_python(v) for k, v in record.items()}
-    self._file.write(json.dumps(clean, sort_keys=True) + "\n")
-    self._file.flush()
+    data = (json.dumps(clean, sort_keys=True) + "\n").encode("utf-8")
+    try:
+      while data:  # an unbuffered write may take part of the bytes
+        data = data[self._file.write(data):]
+    except OSError as e:
+      raise OSError(e.errno, e.strerror, self.path) from e
     if self._tb is not None:
       for key, value in clean.items():
         if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -84,17 +95,24 @@ def metrics_path(run_dir: str) -> str | None:
 
 def read_metrics(path: str) -> list[dict]:
   """All records of a metrics.jsonl file, or of a gzipped one when `path` ends in .gz (a torn
-  last line from a crash is skipped); [] when the file does not exist."""
+  last line from a crash is skipped); [] when the file does not exist.
+
+  Raises: ValueError `<path>:<line>: not valid UTF-8 ...` for bytes that are not UTF-8 (a file
+  damaged on disk; `rlscale.cli.decode_utf8`)."""
   records = []
   if not os.path.exists(path):
     return records
   opener = gzip.open if path.endswith(ARCHIVED_SUFFIX) else open
-  with opener(path, "rt", encoding="utf-8") as f:
-    for line in f:
-      try:
-        records.append(json.loads(line))
-      except json.JSONDecodeError:
-        continue
+  with opener(path, "rb") as f:
+    # Decoded whole, so a bad byte is reported at its line; JSON lines end with "\n" only.
+    text = cli.decode_utf8(f.read(), path)
+  for line in text.split("\n"):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError:
+      continue
   return records
 
 

@@ -5,7 +5,8 @@ outputs at the end (the exported policy, the curves, summary.json).
 Layout of a workdir: config.json (the resolved config), metrics.jsonl, tensorboard/,
 checkpoints/<step>/, warm_start_eval.json, warm_start_seconds.json, curves_vs_samples.png,
 curves_vs_wall_time.png, summary.json and policy/ (a HF checkpoint); sft/ holds the warm-start
-cache when sft.cache_dir is unset.
+cache when sft.cache_dir is unset; .lock exists while a run holds the workdir
+(`rlscale.runner.workdir_lock`; never a result).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import jax
 import numpy as np
 
 from rlscale import outputs
+from rlscale.cli import TrainingDiverged
 from rlscale.model import save_hf_checkpoint
 from rlscale.runner import builders
 from rlscale.runner.checkpoints import Checkpointer
@@ -26,6 +28,7 @@ from rlscale.runner.config_files import flatten_config
 from rlscale.runner.evaluate import accuracy_change_note
 from rlscale.runner.metrics_log import read_metrics
 from rlscale.runner.plots import plot_curves
+from rlscale.runner.rl_step import host_tree_finite
 
 CONFIG_FILE = "config.json"
 POLICY_DIR = "policy"  # the final policy as a HF checkpoint
@@ -151,8 +154,15 @@ def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
   tokenizer files when `tokenizer` is given (`Tokenizer.save`: the HF checkpoint's files, or the
   character vocabulary as tokenizer.json); returns the path.
 
-  Atomic: written to policy.tmp first, then renamed over any previous export."""
+  Atomic: written to policy.tmp first, then renamed over any previous export.
+
+  Raises: rlscale.cli.TrainingDiverged (nothing written) when a parameter is NaN or infinite: a
+  diverged policy is never exported, also not by a rerun re-exporting from a checkpoint."""
   final = os.path.join(workdir, POLICY_DIR)
+  if not host_tree_finite(params):
+    raise TrainingDiverged(f"the policy's parameters are not all finite: it is not exported to "
+                           f"{final}; lower optim.learning_rate or clip harder "
+                           "(optim.grad_clip_norm) and start a new --workdir")
   partial = final + ".tmp"
   shutil.rmtree(partial, ignore_errors=True)
   save_hf_checkpoint(partial, model_config, params)
@@ -164,20 +174,26 @@ def export_policy(workdir: str, model_config, params, tokenizer=None) -> str:
   return final
 
 
-def finish(workdir: str, run, params, warm_eval: dict, step: int, counters: dict, clock) -> dict:
+def finish(workdir: str, run, params, warm_eval: dict, step: int, counters: dict, clock, *,
+           final_eval: dict | None = None) -> dict:
   """The end of a run in `workdir` (process 0): the policy exported (`export_policy`), the curves
   plotted, summary.json written and the closing lines logged.
 
   Args: run (`builders.Run`), params (the final policy's params, one host copy), warm_eval (the
     warm start's held-out metrics), step (RL steps done), counters ({"samples", "prompts"}),
-    clock (`timing.RunClock`: the wall time and its parts).
+    clock (`timing.RunClock`: the wall time and its parts), final_eval (the held-out metrics of
+    the run's last evaluation, from its own memory; None when this segment evaluated nothing,
+    e.g. a rerun after a crash between the last checkpoint and the summary: then the last
+    evaluation in metrics.jsonl, which the workdir lock keeps this run's own).
   Returns: the summary dict (as written to summary.json).
+  Raises: rlscale.cli.TrainingDiverged for non-finite params (`export_policy`).
   """
   policy = export_policy(workdir, run.export_config, params, run.tokenizer)
   records = read_metrics(os.path.join(workdir, METRICS_FILE))
   plots = plot_curves(records, workdir, title=run.title, group_size=run.rl_config.group_size,
                       pass_k=run.evaluator.pass_k)
-  final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
+  if final_eval is None:
+    final_eval = next((r for r in reversed(records) if "eval/greedy_accuracy" in r), {})
   times = clock.record(interval=False)
   parts = {key[len("wall/"):]: value for key, value in times.items() if key != "wall/total"}
   rl_seconds = sum(parts[p] for p in ("generation", "reward", "training"))

@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 
 from rlscale import outputs
 from rlscale.runner.config_files import flatten_config, import_python_file, load_config_file
+from rlscale.runner import workdir_lock
 from rlscale.runner.interrupts import EXIT_INTERRUPTED, StopFlag
 from rlscale.scaling import hyper
 from rlscale.scaling import pinned
@@ -55,6 +56,9 @@ RUN_LOG = "sweep_log.txt"  # stdout and stderr of a run executed as a separate p
 COMPILATION_CACHE_DIR = "jax_cache"
 COMPILATION_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 MAX_EXIT_STATUS = 100  # exit status = failed runs, capped
+# The status of a run whose workdir another process holds (`rlscale.runner.workdir_lock`: another
+# sweep, or the run started by hand): not started here, not failed, not finished.
+RUNNING_ELSEWHERE = "running elsewhere"
 # Config sections the warm start depends on (as rlscale.runner.builders.warm_start's cache key).
 # Config sections the warm start depends on; with the effective sft seed (`warm_start_signature`).
 WARM_START_FIELDS = ("model", "task", "sft", "rollout")
@@ -301,8 +305,9 @@ def _minutes(seconds: float) -> str:
 
 class SweepRecord:
   """<workdir>/sweep.json (or sweep_shard<i>of<n>.json for a shard): every run's status
-  (pending, done, skipped, failed, interrupted), seconds, error and command; written atomically
-  after each change."""
+  (pending, running, done, skipped, failed, interrupted, or "running elsewhere" with the
+  `holder` of its workdir's lock), seconds, error and command; written atomically after each
+  change."""
 
   def __init__(self, workdir: str, runs: Sequence[Run], meta: dict[str, Any],
                shard: tuple[int, int] | None = None):
@@ -318,7 +323,12 @@ class SweepRecord:
     self.write()
 
   def failed(self) -> int:
-    return sum(e["status"] == "failed" for e in self.entries.values())
+    """How many runs failed."""
+    return self.count("failed")
+
+  def count(self, status: str) -> int:
+    """How many runs have `status`."""
+    return sum(e["status"] == status for e in self.entries.values())
 
   def write(self) -> None:
     data = {**self.meta, "failed": self.failed(), "runs": list(self.entries.values())}
@@ -326,10 +336,13 @@ class SweepRecord:
 
 
 def _run_in_process(run: Run, workdir: str) -> tuple[str, str | None]:
-  """(status, error) of train_and_evaluate on this run; errors are caught, not raised."""
+  """(status, error) of train_and_evaluate on this run; errors are caught, not raised. A run
+  whose workdir another process holds is RUNNING_ELSEWHERE (error: the refusal naming it)."""
   from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
   try:
     summary = train_and_evaluate(run.config, os.path.join(workdir, RUNS_DIR, run.name))
+  except workdir_lock.WorkdirInUse as e:
+    return RUNNING_ELSEWHERE, str(e)
   except Exception as e:  # pylint: disable=broad-except
     traceback.print_exc()
     return "failed", f"{type(e).__name__}: {e}"
@@ -364,9 +377,12 @@ def discard_unstarted(run_dir: str, lines: int = 40) -> str | None:
   """Removes the directory of a run process that stopped before writing results (it holds only
   its sweep_log.txt: the run removed its own half-made files, `rlscale.runner.run_dir.holds_results`
   is False), so no half-made run directory is left for the report or a rerun. Returns the last
-  `lines` lines of the log, for sweep.json, or None when the directory holds results and stays."""
+  `lines` lines of the log, for sweep.json, or None when the directory holds results or another
+  process holds its lock (`workdir_lock.holder`), and stays."""
   from rlscale.runner.run_dir import holds_results  # pylint: disable=g-import-not-at-top
-  if not os.path.isdir(run_dir) or holds_results(run_dir):
+  # A run another process holds is in its setup (no results yet), not half-made: never remove it.
+  if (not os.path.isdir(run_dir) or holds_results(run_dir)
+      or workdir_lock.holder(run_dir) is not None):
     return None
   try:
     with open(os.path.join(run_dir, RUN_LOG), encoding="utf-8", errors="replace") as f:
@@ -406,13 +422,18 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   directory is removed and the log's last lines are kept in sweep.json (`log_tail`). Ctrl-C or
   SIGTERM stops the sweep: the running runs checkpoint first (an in-process run by itself, run
   processes as _execute_processes forwards the signal), are recorded as interrupted, and
-  `record.interrupted_by` names the signal; rerunning the same command resumes them."""
+  `record.interrupted_by` names the signal; rerunning the same command resumes them.
+  A run whose workdir another process holds (another sweep over the same directory, the run
+  started by hand; `running_elsewhere`) is not started: it is recorded as RUNNING_ELSEWHERE with
+  the holder, checked again just before each run starts."""
   os.makedirs(os.path.join(workdir, RUNS_DIR), exist_ok=True)
   record = SweepRecord(workdir, runs, meta or {}, shard)
   todo = []
   for run in runs:
     if is_finished(workdir, run):
       record.entries[run.name]["status"] = "skipped"
+    elif (holder := running_elsewhere(workdir, run)) is not None:
+      _record_elsewhere(record, run, holder, log)
     else:
       todo.append(run)
   record.write()
@@ -424,6 +445,10 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   progress = Progress(runs, parallel, log)
   if parallel <= 1 and not processes:
     for i, run in enumerate(todo):
+      holder = running_elsewhere(workdir, run)
+      if holder is not None:  # taken since the sweep started
+        _record_elsewhere(record, run, holder, log)
+        continue
       progress.started(run, todo[i:])
       t0 = time.perf_counter()
       status, error = _run_in_process(run, workdir)
@@ -438,6 +463,18 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   _execute_processes(todo, workdir, max(parallel, 1), sweep_spec, cli_overrides, record, progress,
                      log)
   return record
+
+
+def running_elsewhere(workdir: str, run: Run) -> str | None:
+  """The process holding the lock of the run's directory in sweep `workdir` (another sweep over
+  the same directory, or the run started by hand), described as `workdir_lock.holder` does, or
+  None when no process holds it. Takes nothing: a probe."""
+  return workdir_lock.holder(os.path.join(workdir, RUNS_DIR, run.name))
+
+
+def _record_elsewhere(record: SweepRecord, run: Run, holder: str, log) -> None:
+  record.set(run.name, status=RUNNING_ELSEWHERE, holder=holder, error=None)
+  log(f"sweep: {run.name} is running elsewhere ({holder}); not started here")
 
 
 def start_run_process(argv: Sequence[str], cores: Sequence[int], log_path: str):
@@ -483,6 +520,10 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
           if slot in active or not queue or stop.stop:
             continue
           run = queue.pop(0)
+          holder = running_elsewhere(workdir, run)
+          if holder is not None:  # taken since the sweep started: not a second copy
+            _record_elsewhere(record, run, holder, log)
+            continue
           run_dir = os.path.join(workdir, RUNS_DIR, run.name)
           os.makedirs(run_dir, exist_ok=True)
           argv = run_command(run, sweep_spec, workdir, cli_overrides)
@@ -504,10 +545,15 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
         interrupted = not ok and (proc.returncode in (EXIT_INTERRUPTED, 130) or (
             stop.stop and proc.returncode in (-signal.SIGINT, -signal.SIGTERM,
                                               128 + signal.SIGINT, 128 + signal.SIGTERM)))
-        status = "done" if ok else ("interrupted" if interrupted else "failed")
+        # Refused by its workdir's lock (taken between the check above and the run's start).
+        holder = None if ok else running_elsewhere(workdir, run)
+        status = ("done" if ok else RUNNING_ELSEWHERE if holder is not None
+                  else "interrupted" if interrupted else "failed")
         run_dir = os.path.join(workdir, RUNS_DIR, run.name)
         fields = {"error": None}
-        if not ok:
+        if holder is not None:
+          fields["holder"] = holder
+        elif not ok:
           fields["error"] = _error_from_log(os.path.join(run_dir, RUN_LOG))
           log_tail = discard_unstarted(run_dir)
           if log_tail is not None:
@@ -593,8 +639,9 @@ def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | No
     log: progress lines.
 
   Returns: {"workdir", "record" (sweep.json path), "runs" (names, planned order), "statuses"
-  ({name: done | skipped | failed | interrupted | pending}), "failed" (count), "interrupted_by"
-  (the signal number that stopped the sweep, or None)}. Failed runs do not
+  ({name: done | skipped | failed | interrupted | pending | RUNNING_ELSEWHERE}), "failed"
+  (count), "running_elsewhere" (count: runs another process holds, not started here),
+  "interrupted_by" (the signal number that stopped the sweep, or None)}. Failed runs do not
   raise. Raises ValueError for parallel < 1 and bad sweep input (`plan_sweep`), NotADirectoryError
   for a workdir that is a file."""
   if parallel < 1:
@@ -614,7 +661,9 @@ def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | No
                    meta=meta, shard=shard, log=log)
   statuses = {name: entry["status"] for name, entry in record.entries.items()}
   return {"workdir": workdir, "record": record.path, "runs": list(statuses),
-          "statuses": statuses, "failed": record.failed(), "interrupted_by": record.interrupted_by}
+          "statuses": statuses, "failed": record.failed(),
+          "running_elsewhere": record.count(RUNNING_ELSEWHERE),
+          "interrupted_by": record.interrupted_by}
 
 
 VALIDATION_DIR = "validation"
@@ -655,7 +704,8 @@ def run_validation(sweep_file: str | types.ModuleType, workdir: str, *, arg: str
   if meta.get("parallel") == 1:
     log("sweep: the sweep ran with --parallel=1: its runs' own clocks are the validation")
     return {"workdir": workdir, "record": os.path.join(workdir, SWEEP_FILE), "runs": [],
-            "statuses": {}, "failed": 0, "interrupted_by": None, "validated_by_sweep": True}
+            "statuses": {}, "failed": 0, "running_elsewhere": 0, "interrupted_by": None,
+            "validated_by_sweep": True}
   base, runs, spec = plan_sweep(sweep_file, workdir, arg=arg, overrides=overrides)
   report = report_lib.build_report(workdir)
   todo = validation_runs(runs, report)
@@ -671,5 +721,6 @@ def run_validation(sweep_file: str | types.ModuleType, workdir: str, *, arg: str
                    processes=True, log=log)
   statuses = {name: entry["status"] for name, entry in record.entries.items()}
   return {"workdir": target, "record": record.path, "runs": list(statuses), "statuses": statuses,
-          "failed": record.failed(), "interrupted_by": record.interrupted_by,
+          "failed": record.failed(), "running_elsewhere": record.count(RUNNING_ELSEWHERE),
+          "interrupted_by": record.interrupted_by,
           "validated_by_sweep": False}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
+from rlscale import cli
 from rlscale import outputs
 from rlscale import paths
 from rlscale.tasks import base
@@ -100,19 +102,23 @@ def read_jsonl(path: str) -> list[dict[str, str]]:
   """All rows of a GSM8K/MATH JSONL file, parsed by `parse_row` (blank lines skipped).
 
   Raises:
-    ValueError: invalid JSON or an unrecognised row (the message gives path:line).
+    ValueError: bytes that are not UTF-8, invalid JSON or an unrecognised row (the message gives
+      path:line; `rlscale.cli.decode_utf8` for the bytes).
   """
   rows = []
-  # utf-8-sig: a byte-order mark (Windows editors write one) is skipped; CRLF ends lines too.
-  with open(path, encoding="utf-8-sig") as f:
-    for number, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{number}: invalid JSON ({e.msg})") from None
-      rows.append(parse_row(row, f"{path}:{number}"))
+  with open(path, "rb") as f:
+    # Decoded whole, not line by line as open() does, so a bad byte is reported at its line.
+    # utf-8-sig: a byte-order mark (Windows editors write one) is skipped.
+    text = cli.decode_utf8(f.read(), path, encoding="utf-8-sig")
+  # newline=None: CRLF and CR end lines too, as in a file opened as text.
+  for number, line in enumerate(io.StringIO(text, newline=None), 1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+    rows.append(parse_row(row, f"{path}:{number}"))
   if not rows:
     raise ValueError(f"{path} has no rows; expected {_FORMATS_HINT}")
   return rows

@@ -1,11 +1,20 @@
-"""Memory of the compiled update step, measured without running it.
+"""Memory of a run: formulas for the big arrays, and the compiled update step measured.
 
-`update_step_memory` lowers and compiles the pmapped update step of `update.make_update_fn` for
-abstract inputs (shapes and dtypes only: no parameters are initialised, nothing is executed) and
-reads XLA's `memory_analysis()` of the per-device executable. That is how a config's memory is
-checked on a laptop CPU before it is sent to an accelerator: the buffer assignment of the CPU
-backend is not the GPU's, but the big terms (logits, activations kept for the backward pass,
-gradients and optimizer temporaries) are the same arrays on every backend.
+Two tools, for two questions:
+
+- The formulas (`train_state_bytes`, `kv_cache_bytes`, `logits_bytes`, `activation_bytes`,
+  `host_rollout_bytes`) count the bytes of the arrays a run cannot do without, from the model's
+  and the batch's sizes alone, in microseconds: `rlscale.runner.preflight` compares them with the
+  machine's memory before a run starts. They are estimates from below: XLA's temporaries, the
+  attention scores, the MLP's intermediates and fragmentation come on top, so a run they pass may
+  still not fit, but a run they refuse cannot.
+- `update_step_memory` lowers and compiles the pmapped update step of `update.make_update_fn` for
+  abstract inputs (shapes and dtypes only: no parameters are initialised, nothing is executed)
+  and reads XLA's `memory_analysis()` of the per-device executable. That is how a config's
+  memory is checked on a laptop CPU before it is sent to an accelerator: the buffer assignment of
+  the CPU backend is not the GPU's, but the big terms (logits, activations kept for the backward
+  pass, gradients and optimizer temporaries) are the same arrays on every backend. It takes a
+  compile (seconds to minutes), so it is a tool for sizing, not a check run before every run.
 """
 
 from __future__ import annotations
@@ -17,13 +26,67 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlscale.model.config import ModelConfig
+from rlscale.model.config import DTYPES, ModelConfig
 from rlscale.model.transformer import init_params
 from rlscale.train import update as update_lib
 from rlscale.train.compile_options import compile_lowered
 from rlscale.train.state import create_train_state, critic_params_from_policy
 
 GIB = 2 ** 30
+FLOAT32_BYTES = 4
+INT32_BYTES = 4
+# Bytes per parameter of a trained model: float32 master weight + Adam's two float32 moments
+# (the training state every source keeps, `builders.build_model`).
+TRAINED_PARAM_BYTES = 3 * FLOAT32_BYTES
+
+
+def dtype_bytes(dtype: str) -> int:
+  """Bytes of one element of the model dtype named `dtype` ("float32" 4, "bfloat16" and
+  "float16" 2). Raises: KeyError for a name outside `model.config.DTYPES`."""
+  return jnp.dtype(DTYPES[dtype]).itemsize
+
+
+def train_state_bytes(num_params: int, *, trained: bool = True) -> int:
+  """Bytes of a model's parameters kept between steps: float32 weights, with Adam's two float32
+  moments when `trained` (12 bytes per parameter), without (4: a frozen reference policy).
+  The gradients (4 more while the update runs) are counted by the caller with the update."""
+  return num_params * (TRAINED_PARAM_BYTES if trained else FLOAT32_BYTES)
+
+
+def kv_cache_bytes(model_config: ModelConfig, rows: int, slots: int) -> int:
+  """Bytes of the sampler's preallocated KV cache (`transformer.init_cache`): keys and values of
+  every layer for `rows` sequences of `slots` = prompt + response tokens, in the compute dtype:
+  rows x layers x 2 x kv_heads x head_dim x slots x dtype bytes."""
+  c = model_config
+  return (rows * c.num_layers * 2 * c.num_kv_heads * c.head_dim * slots
+          * dtype_bytes(c.dtype))
+
+
+def logits_bytes(model_config: ModelConfig, tokens: int) -> int:
+  """Bytes of float32 logits [tokens, V] (the model's logits are float32 whatever the compute
+  dtype): one decode step's [B, V], or an update microbatch's positions."""
+  return tokens * model_config.vocab_size * FLOAT32_BYTES
+
+
+def activation_bytes(model_config: ModelConfig, tokens: int, logit_tokens: int) -> int:
+  """Bytes the update step keeps for the backward pass of a microbatch of `tokens` positions, at
+  least: every layer's input [tokens, hidden] in the compute dtype (all that per-layer
+  rematerialisation keeps; without remat far more is kept) and float32 logits of
+  `logit_tokens` positions (the response log-probs are scored in chunks of positions,
+  `rl.logprob.chunked_response_logp`: one chunk holds at least one position per row).
+  Left out: attention scores, the MLP's intermediates, the logits' gradient and XLA's
+  temporaries, which depend on the kernels and on remat; so this is a lower bound."""
+  c = model_config
+  layer_inputs = tokens * c.num_layers * c.hidden_size * dtype_bytes(c.dtype)
+  return layer_inputs + logits_bytes(model_config, logit_tokens)
+
+
+def host_rollout_bytes(rows: int, prompt_tokens: int, response_tokens: int) -> int:
+  """Bytes of one step's rollout and update batch as host numpy arrays, at least: tokens and
+  input_mask [rows, Tp + Tr] int32, and response_mask, old_logp (sampler log-probs) and the
+  sampler's response tokens [rows, Tr] int32 / float32 (reference log-probs, values and returns
+  come on top when the loss needs them)."""
+  return rows * (2 * (prompt_tokens + response_tokens) + 3 * response_tokens) * INT32_BYTES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,17 @@ OPTIMIZERS = ("adam", "adamw")
 MAX_ADJUSTED_BETA = 0.99999
 
 
+def _check_number(field: str, value, *, positive: bool) -> None:
+  """Raises ValueError naming `field` unless `value` is a finite number > 0 (positive) or >= 0.
+
+  NaN fails every comparison, so `value <= 0` alone lets it through (a NaN learning rate trained
+  a NaN policy to the end); infinity is refused too."""
+  bound = "> 0" if positive else ">= 0"
+  number = isinstance(value, (int, float)) and not isinstance(value, bool)
+  if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
+    raise ValueError(f"{field} must be {bound} and finite, got {value!r}")
+
+
 def _batch_ratio(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> float:
   """k = batch_size / optim.reference_batch; raises ValueError unless both are positive."""
   if not batch_size or batch_size <= 0:
@@ -65,12 +76,13 @@ def scaled_learning_rate(optim_cfg: ml_collections.ConfigDict, batch_size: int,
     base_learning_rate: lr0 at the reference batch; default optim.learning_rate.
 
   Returns: the scaled learning rate (float).
-  Raises: ValueError for an unknown lr_scaling (listing the allowed ones), lr0 <= 0, or a
-  non-positive batch size.
+  Raises: ValueError for an unknown lr_scaling (listing the allowed ones), lr0 <= 0, NaN or
+  infinite (naming optim.learning_rate, or optim.critic_learning_rate when base_learning_rate is
+  given), or a non-positive batch size.
   """
+  field = "optim.learning_rate" if base_learning_rate is None else "optim.critic_learning_rate"
   lr0 = optim_cfg.learning_rate if base_learning_rate is None else base_learning_rate
-  if not lr0 or lr0 <= 0:
-    raise ValueError(f"optim.learning_rate must be > 0, got {lr0!r}")
+  _check_number(field, lr0, positive=True)
   k = _batch_ratio(optim_cfg, batch_size)
   if optim_cfg.lr_scaling == "none":
     return float(lr0)
@@ -93,13 +105,15 @@ def adam_hyperparams(optim_cfg: ml_collections.ConfigDict, batch_size: int) -> d
   `adjusts_adam` (optim.adjust_adam, or optim.lr_scaling "sqrt_adam"; see the module docstring).
   At k = 1 the adjusted values equal the config's (1 - (1 - beta) is exact for beta >= 0.5).
 
-  Raises ValueError for bad batch sizes, betas outside [0, 1), or, when adjusting, a batch
+  Raises ValueError for bad batch sizes, betas outside [0, 1), eps not a finite number >= 0, or,
+  when adjusting, a batch
   outside the rule's range k (1 - beta) < 1 (naming the rule, the beta, k and the largest batch
   allowed)."""
   b1, b2, eps = optim_cfg.b1, optim_cfg.b2, optim_cfg.eps
   for name, beta in (("b1", b1), ("b2", b2)):
-    if not 0.0 <= beta < 1.0:
+    if not 0.0 <= beta < 1.0:  # NaN fails it too
       raise ValueError(f"optim.{name} must be in [0, 1), got {beta}")
+  _check_number("optim.eps", eps, positive=False)
   if not adjusts_adam(optim_cfg):
     return {"b1": float(b1), "b2": float(b2), "eps": float(eps)}
   k = _batch_ratio(optim_cfg, batch_size)
@@ -311,6 +325,11 @@ def make_optimizer(optim_cfg: ml_collections.ConfigDict, *, batch_size: int, tot
   """
   if optim_cfg.optimizer not in OPTIMIZERS:
     raise ValueError(f"optim.optimizer={optim_cfg.optimizer!r} is not one of {list(OPTIMIZERS)}")
+  _check_number("optim.weight_decay", optim_cfg.weight_decay, positive=False)
+  clip = optim_cfg.get("grad_clip_norm")
+  if clip is not None and not math.isfinite(clip):  # NaN would read as "off" (NaN > 0 is False)
+    raise ValueError(f"optim.grad_clip_norm must be a finite number (<= 0 or None: no clipping), "
+                     f"got {clip!r}")
   peak = scaled_learning_rate(optim_cfg, batch_size, learning_rate)
   schedule = learning_rate_schedule(optim_cfg, peak, total_steps=total_steps,
                                     updates_per_step=updates_per_step, step_samples=step_samples,

@@ -68,3 +68,58 @@ def test_load_config_file_errors(tmp_path):
   (tmp_path / "empty.py").write_text("x = 1\n")
   with pytest.raises(ValueError, match="defines no get_config"):
     config_files.load_config_file(str(tmp_path / "empty.py"))
+
+
+# A config file's own errors, at the innermost line of the file they passed through.
+RAISING = """import ml_collections
+
+
+def get_config(arg=None):
+  config = ml_collections.ConfigDict()
+  if arg != "ok":
+    raise ValueError(f"no such variant {arg!r}")
+  return config
+"""
+
+
+@pytest.mark.parametrize("source, message", [
+    (RAISING, "{path}:7: ValueError: no such variant None"),
+    ("def get_config(arg=None)\n  return 1\n", "{path}:1: SyntaxError: expected ':'"),
+    ("import math\n\ndef get_config(arg=None):\n  return math.sqrt(-1)\n",
+     "{path}:4: ValueError: math domain error"),  # raised in a library: the config's line
+    ("x = {}['missing']\n", "{path}:1: KeyError: missing"),  # at import time, no quotes
+    ("def get_config(arg=None):\n  return open('/nonexistent/rows.txt').read()\n",
+     "{path}:2: FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/rows.txt'"),
+])
+def test_errors_of_a_config_file_name_its_file_and_line(tmp_path, source, message):
+  path = tmp_path / "my_config.py"
+  path.write_text(source)
+  with pytest.raises(config_files.ConfigFileError) as e:
+    config_files.load_config_file(str(path))
+  assert str(e.value) == message.format(path=path)
+  assert isinstance(e.value, ValueError)  # a user error: one line, exit status 2
+
+
+def test_an_error_in_a_config_file_another_one_loads_names_the_inner_file(tmp_path):
+  inner = tmp_path / "inner.py"
+  inner.write_text(RAISING)
+  outer = tmp_path / "outer.py"
+  outer.write_text("from rlscale.runner.config_files import load_config_file\n\n"
+                   f"def get_config(arg=None):\n  return load_config_file({str(inner)!r}, 'bad')\n")
+  with pytest.raises(config_files.ConfigFileError) as e:
+    config_files.load_config_file(str(outer))
+  assert str(e.value) == f"{inner}:7: ValueError: no such variant 'bad'"
+
+
+def test_errors_outside_the_config_file_are_not_located(tmp_path):
+  path = tmp_path / "ok.py"
+  path.write_text(RAISING)
+  assert config_files.load_config_file(str(path), "ok") == ml_collections.ConfigDict()
+  try:
+    raise ValueError("an override's value")
+  except ValueError as exc:
+    assert config_files.config_file_error(exc, str(path)) is None
+  (tmp_path / "empty.py").write_text("x = 1\n")
+  with pytest.raises(ValueError, match="defines no get_config") as e:
+    config_files.load_config_file(str(tmp_path / "empty.py"))
+  assert not isinstance(e.value, config_files.ConfigFileError)

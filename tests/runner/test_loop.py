@@ -368,3 +368,28 @@ def test_holds_results(tmp_path):
   assert holds(("summary.json", "{}"))
   assert holds(("policy/config.json", "{}"))
   assert holds(("sft/warm_start_x.msgpack", "params"))
+
+
+def test_the_summary_reports_the_runs_own_last_evaluation(tmp_path, monkeypatch):
+  """Issue 39: the final accuracy comes from the run's memory (`final_eval`), not from the last
+  evaluation in metrics.jsonl, which a second run in the workdir once overwrote."""
+  from rlscale.runner import run_dir  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(run_dir, "export_policy", lambda workdir, *a: os.path.join(workdir, "p"))
+  monkeypatch.setattr(run_dir, "plot_curves",
+                      lambda *a, **k: {"vs_samples": "s.png", "vs_wall_time": "w.png"})
+  (tmp_path / "metrics.jsonl").write_text('{"step": 0, "eval/greedy_accuracy": 0.25}\n'
+                                          '{"step": 4, "eval/greedy_accuracy": 0.75}\n')
+  logged = []
+  run = types.SimpleNamespace(
+      export_config=None, tokenizer=None, title="t", rl_config=types.SimpleNamespace(group_size=2),
+      evaluator=types.SimpleNamespace(pass_k=2, examples=[None] * 4), warm_start_seconds=1.0,
+      num_devices=1, starting_point="warm start", smoke=True, log=logged.append)
+  own = {"eval/greedy_accuracy": 0.5, "eval/pass_at_k": 0.75, "eval/mean_reward": 0.5}
+  summary = run_dir.finish(str(tmp_path), run, {}, {"eval/greedy_accuracy": 0.25}, 4,
+                           {"samples": 16, "prompts": 8}, RunClock(), final_eval=own)
+  assert (summary["final_accuracy"], summary["final_pass_at_k"]) == (0.5, 0.75)
+  assert "0.250 (warm start) -> 0.500 (after 4 RL steps, 16 responses)" in logged[0]
+  # Without one (a rerun that evaluated nothing) the log's last evaluation, the run's own.
+  again = run_dir.finish(str(tmp_path), run, {}, {"eval/greedy_accuracy": 0.25}, 4,
+                         {"samples": 16, "prompts": 8}, RunClock())
+  assert again["final_accuracy"] == 0.75

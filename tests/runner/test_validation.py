@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlscale.runner.builders import build_run, prompt_buckets
+from rlscale.runner.builders import build_run, check_config, prompt_buckets
 from tests.runner.runner_configs import tiny_config
 
 
@@ -40,10 +40,27 @@ def _build(tmp_path, **overrides):
     ({"rollout__max_new_tokens": True}, "rollout.max_new_tokens"),
     ({"rl__algorithm": "dapo", "task__overlong_max_len": 8, "task__overlong_cache_len": 2},
      "overlong shaping is on twice"),
+    # NaN fails every comparison, so `<= 0` checks let it through (issue 39)
+    ({"optim__learning_rate": float("nan")}, "optim.learning_rate must be > 0 and finite, got nan"),
+    ({"optim__learning_rate": float("inf")}, "optim.learning_rate must be > 0 and finite, got inf"),
+    ({"optim__eps": float("nan")}, "optim.eps must be >= 0 and finite"),
+    ({"optim__grad_clip_norm": float("nan")}, "optim.grad_clip_norm must be a finite number"),
+    ({"sft__learning_rate": float("nan")}, "sft.learning_rate must be > 0 and finite, got nan"),
+    ({"rl__algorithm": "ppo", "rl__group_size": 1, "rl__batch_size": 2,
+      "optim__critic_learning_rate": float("inf")}, "optim.critic_learning_rate must be > 0"),
 ])
 def test_bad_config_names_the_field(tmp_path, overrides, message):
   with pytest.raises(ValueError, match=message.replace(".", r"\.")):
     _build(tmp_path, **overrides)
+
+
+def test_check_config_refuses_without_a_workdir():
+  """`check_config` is build_run's validation, callable before any workdir exists."""
+  with pytest.raises(ValueError, match=r"rl\.group_size must be an int >= 1"):
+    check_config(tiny_config(rl__group_size=0))
+  checked = check_config(tiny_config())
+  assert checked.rl.prompts_per_step * checked.rl.group_size == 4 and checked.total_steps == 4
+  assert checked.prompt_buckets == (16,) and checked.critic_optimizer is None
 
 
 def test_missing_checkpoint_directory(tmp_path):

@@ -304,3 +304,84 @@ def test_sweep_records_its_stated_target_and_parallelism(tmp_path):
                   "def get_target(arg=None):\n  return 0.7\n")
   with pytest.raises(ValueError, match="must return"):
     sweep.get_target(str(path), None)
+
+
+def _lock_run_dir(workdir, run):
+  """Takes the lock of a run's directory as another process running it would."""
+  from rlscale.runner import workdir_lock  # pylint: disable=import-outside-toplevel
+  run_dir = os.path.join(workdir, "runs", run.name)
+  os.makedirs(run_dir, exist_ok=True)
+  return workdir_lock.acquire(run_dir)
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_run_held_elsewhere_is_not_started_nor_failed(tmp_path, monkeypatch, parallel):
+  """Issue 39: a run whose workdir another process holds (another sweep, the run started by
+  hand) is recorded as running elsewhere, with its holder; the others run."""
+  workdir = str(tmp_path / "w")
+  runs = _plan("smoke", tmp_path)[:2]
+  monkeypatch.setattr(sweep, "prepare_warm_starts", lambda *_: 0.0)
+  ran = []
+  monkeypatch.setattr(sweep, "_run_in_process",
+                      lambda run, _: (ran.append(run.name), ("done", None))[1])
+  monkeypatch.setattr(sweep, "_execute_processes",
+                      lambda todo, *args: ran.extend(r.name for r in todo))
+  logged = []
+  with _lock_run_dir(workdir, runs[0]) as lock:
+    record = sweep.execute(runs, workdir, parallel=parallel, log=logged.append)
+    holder = f"pid {os.getpid()} on host {lock.info['host']}, since {lock.info['since']}"
+  assert ran == [runs[1].name]
+  entry = record.entries[runs[0].name]
+  assert (entry["status"], entry["holder"]) == ("running elsewhere", holder)
+  assert record.failed() == 0 and record.count(sweep.RUNNING_ELSEWHERE) == 1
+  assert f"sweep: {runs[0].name} is running elsewhere ({holder}); not started here" in logged
+  with open(record.path) as f:
+    assert json.load(f)["runs"][0]["status"] == "running elsewhere"
+
+
+class _RefusedProcess:
+  """A run process that exited as a run refused by its workdir's lock does (status 2)."""
+  returncode = 2
+
+  def poll(self):
+    return self.returncode
+
+  def send_signal(self, signum):
+    del signum
+
+
+def test_a_run_taken_just_before_its_process_starts_is_running_elsewhere(tmp_path, monkeypatch):
+  """The lock taken between the sweep's check and its run process's start: the process is
+  refused (exit 2); the run is recorded as running elsewhere, not failed, and its directory,
+  which the holder is writing, is not discarded as unstarted."""
+  workdir = str(tmp_path / "w")
+  run = _plan("smoke", tmp_path)[0]
+  monkeypatch.setattr(sweep, "prepare_warm_starts", lambda *_: 0.0)
+  locks = []
+
+  def start(argv, cores, log_path):
+    del argv, cores
+    locks.append(_lock_run_dir(workdir, run))  # another process got there first
+    with open(os.path.join(workdir, "runs", run.name, "config.json"), "w") as f:
+      f.write("{}")  # the holder's setup, no results yet
+    return _RefusedProcess(), open(log_path, "a", encoding="utf-8")
+  monkeypatch.setattr(sweep, "start_run_process", start)
+  try:
+    record = sweep.execute([run], workdir, parallel=2, log=lambda line: None)
+    assert record.entries[run.name]["status"] == "running elsewhere"
+    assert record.failed() == 0
+    assert os.path.exists(os.path.join(workdir, "runs", run.name, "config.json"))
+  finally:
+    locks[0].release()
+
+
+def test_discard_unstarted_keeps_a_directory_another_process_holds(tmp_path):
+  from rlscale.runner import workdir_lock  # pylint: disable=import-outside-toplevel
+  run_dir = tmp_path / "run"
+  run_dir.mkdir()
+  (run_dir / sweep.RUN_LOG).write_text("error: something\n")
+  with workdir_lock.acquire(str(run_dir)):
+    assert sweep.discard_unstarted(str(run_dir)) is None
+    assert sorted(os.listdir(run_dir)) == [".lock", sweep.RUN_LOG]
+  assert sweep.discard_unstarted(str(run_dir)) == "error: something\n"  # free: discarded
+  assert not run_dir.exists()

@@ -161,6 +161,23 @@ def test_byte_order_mark_and_crlf_load(tmp_path, monkeypatch):
   assert _load(tmp_path, monkeypatch, b"\xef\xbb\xbf" + b"\r\n".join(lines)) == ["72", "5"]
 
 
+@pytest.mark.parametrize("text, line, column", [
+    # "café" in Latin-1 on line 2: `{"question": "caf` is 17 characters, the 0xe9 the 18th
+    (b'{"question": "a", "answer": "#### 1"}\n{"question": "caf\xe9", "answer": "#### 2"}\n', 2, 18),
+    # after a byte-order mark (no column) and a two-byte "é" (one column): 15 before the 0xff
+    (b'\xef\xbb\xbf{"question": "\xc3\xa9\xff"}\n', 1, 16),
+    (b'{"question": "a", "answer": "#### 1"}\r\n\r\n\x80\r\n', 3, 1),  # CRLF lines count
+])
+def test_bytes_that_are_not_utf8_are_named_by_line_and_column(tmp_path, monkeypatch, text, line,
+                                                              column):
+  with pytest.raises(ValueError) as e:
+    _load(tmp_path, monkeypatch, text)
+  bad = next(b for b in text if b in (0xe9, 0xff, 0x80))
+  assert str(e.value) == (f"{tmp_path / 'rows.jsonl'}:{line}: not valid UTF-8 (byte 0x{bad:02x} "
+                          f"at column {column}); convert the file to UTF-8 (e.g. iconv -f <its "
+                          "encoding> -t utf-8)")
+
+
 def _tree(root):
   return sorted(os.path.relpath(os.path.join(d, n), root)
                 for d, dirs, files in os.walk(root) for n in dirs + files)

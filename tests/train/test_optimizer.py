@@ -1,5 +1,7 @@
 """Optimizer: LR scaling rules, Adam adjustment, schedules read back from the optax state."""
 
+import re
+
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -263,3 +265,41 @@ def test_optimizer_errors():
     opt_lib.make_optimizer(_optim(weight_decay=0.1), batch_size=64, total_steps=10)
   with pytest.raises(ValueError, match="no injected learning_rate"):
     opt_lib.current_learning_rate(optax.adam(1e-3).init({"w": jnp.ones(1)}))
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("lr", [NAN, INF, -INF, 0.0, -1e-4, None])
+def test_learning_rate_must_be_positive_and_finite(lr):
+  # NaN fails every comparison: `lr <= 0` let it through, and the run trained a NaN policy.
+  with pytest.raises(ValueError, match=r"optim.learning_rate must be > 0 and finite, got "
+                     + re.escape(repr(lr))):
+    opt_lib.make_optimizer(_optim(learning_rate=lr), batch_size=64, total_steps=10)
+
+
+def test_critic_learning_rate_is_named():
+  with pytest.raises(ValueError, match=r"optim.critic_learning_rate must be > 0 and finite, got nan"):
+    opt_lib.make_optimizer(_optim(), batch_size=64, total_steps=10, learning_rate=NAN)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"eps": NAN}, "optim.eps must be >= 0 and finite, got nan"),
+    ({"eps": INF}, "optim.eps must be >= 0 and finite, got inf"),
+    ({"eps": -1e-8}, "optim.eps must be >= 0 and finite, got -1e-08"),
+    ({"b1": NAN}, "optim.b1 must be in [0, 1), got nan"),
+    ({"b2": INF}, "optim.b2 must be in [0, 1), got inf"),
+    ({"optimizer": "adamw", "weight_decay": NAN}, "optim.weight_decay must be >= 0 and finite"),
+    ({"optimizer": "adamw", "weight_decay": -INF}, "optim.weight_decay must be >= 0 and finite"),
+    # NaN > 0 is False, so a NaN threshold silently meant "no clipping".
+    ({"grad_clip_norm": NAN}, "optim.grad_clip_norm must be a finite number"),
+    ({"grad_clip_norm": INF}, "optim.grad_clip_norm must be a finite number"),
+])
+def test_non_finite_adam_fields_are_refused(fields, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    opt_lib.make_optimizer(_optim(**fields), batch_size=64, total_steps=10)
+
+
+def test_zero_eps_and_no_clipping_stay_allowed():
+  opt_lib.make_optimizer(_optim(eps=0.0, grad_clip_norm=None), batch_size=64, total_steps=10)
+  opt_lib.make_optimizer(_optim(grad_clip_norm=-1.0), batch_size=64, total_steps=10)
