@@ -11,8 +11,8 @@ traceback. `--verbose` on the command line, or the environment variable RLSCALE_
 the traceback of these errors too (the exit status stays the same). Open tqdm progress bars are
 closed before the line, so it starts a line of its own and no bar is redrawn after it.
 
-Undecodable input is a user error naming its place: `decode_utf8` turns a file's bytes into text or
-raises `<path>:<line>: not valid UTF-8 (byte 0xe9 at column 12); ...`.
+Undecodable input is a user error naming its place (`rlscale.inputs`: `<path>:<line>: not valid
+UTF-8 (byte 0xe9 at column 12); ...`).
 
 Output into a pipe whose reader stopped (`--list | head`) ends the command quietly with status
 141 = 128 + SIGPIPE, what the shell reports for a C tool such as `seq` killed by the signal
@@ -26,7 +26,6 @@ Use it around the whole entry point, flag parsing included:
 
 from __future__ import annotations
 
-import codecs
 import errno
 import os
 import re
@@ -169,32 +168,6 @@ def storage_failure(exc: OSError, *, where: str | None = None,
                        "rerun to start the run again")
   return WriteFailed(f"{target}: {reason}; the last good checkpoint is step {step} in "
                      f"{directory}; {action} and rerun to resume")
-
-
-def decode_utf8(data: bytes, path: str, *, encoding: str = "utf-8") -> str:
-  """The bytes `data` of the file `path` as text (`encoding`: "utf-8", or "utf-8-sig" to drop a
-  byte-order mark).
-
-  Raises: ValueError `<path>:<line>: not valid UTF-8 (byte 0xe9 at column 12); ...` at the first
-  byte that is not UTF-8 (line and column 1-based, the column in characters), a user error."""
-  try:
-    return data.decode(encoding)
-  except UnicodeDecodeError:
-    pass
-  try:  # positions in the whole file (utf-8-sig counts from after the byte-order mark)
-    data.decode("utf-8")
-  except UnicodeDecodeError as exc:
-    start = exc.start
-  else:  # pragma: no cover - utf-8-sig rejects only what utf-8 rejects
-    raise AssertionError(f"{path}: decodes as utf-8 but not as {encoding}")
-  line_start = data.rfind(b"\n", 0, start) + 1
-  if line_start == 0 and data.startswith(codecs.BOM_UTF8):
-    line_start = len(codecs.BOM_UTF8)  # the byte-order mark is no column
-  column = len(data[line_start:start].decode("utf-8")) + 1
-  line = data.count(b"\n", 0, start) + 1
-  raise ValueError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[start]:02x} at column "
-                   f"{column}); convert the file to UTF-8 (e.g. iconv -f <its encoding> -t "
-                   "utf-8)")
 
 
 # Exceptions that mean "the input is wrong", not "the code is wrong"; validation in rlscale raises

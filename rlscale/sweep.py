@@ -72,6 +72,9 @@ def _main(argv):
   elsewhere = summary.get("running_elsewhere", 0)
   # Not failed, not done: another process (another sweep, a run started by hand) holds them.
   held = f", {elsewhere} running elsewhere (not started here)" if elsewhere else ""
+  # An outcome of the run's settings (a learning rate too large), not a failure of the sweep.
+  diverged = sum(s == sweep.DIVERGED for s in summary["statuses"].values())
+  held += f", {diverged} diverged (stopped at a non-finite loss)" if diverged else ""
   print(f"sweep: {len(summary['runs'])} runs, {failed} failed{held}; statuses in "
         f"{summary['record']}")
   raise SystemExit(min(failed, sweep.MAX_EXIT_STATUS))

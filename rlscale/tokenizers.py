@@ -31,6 +31,8 @@ import numpy as np
 # The HF library: imports are absolute, so this module's own name does not shadow it.
 import tokenizers as hf_tokenizers
 
+from rlscale import inputs
+
 PathLike = Union[str, os.PathLike]
 
 # End-of-sequence spellings of common chat/base vocabularies, tried when no config names an eos id.
@@ -328,8 +330,7 @@ class CharTokenizer:
 def _read_json_if_exists(path: pathlib.Path) -> dict:
   if not path.is_file():
     return {}
-  with open(path) as f:
-    return json.load(f)
+  return inputs.read_json(path)
 
 
 def _as_id_list(value) -> list[int]:

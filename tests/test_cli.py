@@ -158,20 +158,6 @@ def test_an_open_progress_bar_is_closed_before_the_error_line(capsys, monkeypatc
   assert not tqdm.tqdm._instances
 
 
-@pytest.mark.parametrize("data, encoding, message", [
-    (b"ok\n\xe9t\xe9\n", "utf-8", "f.txt:2: not valid UTF-8 (byte 0xe9 at column 1)"),
-    (b"\xef\xbb\xbfab\x80", "utf-8-sig", "f.txt:1: not valid UTF-8 (byte 0x80 at column 3)"),
-    (b"a\r\n\xc3\xa9\xc3\n", "utf-8", "f.txt:2: not valid UTF-8 (byte 0xc3 at column 2)"),
-])
-def test_decode_utf8_names_line_and_column(data, encoding, message):
-  with pytest.raises(ValueError) as e:
-    cli.decode_utf8(data, "f.txt", encoding=encoding)
-  assert str(e.value) == message + ("; convert the file to UTF-8 (e.g. iconv -f <its encoding> "
-                                    "-t utf-8)")
-  assert cli.decode_utf8("é\n".encode(), "f.txt") == "é\n"
-  assert cli.decode_utf8(b"\xef\xbb\xbfa", "f.txt", encoding="utf-8-sig") == "a"
-
-
 @pytest.mark.parametrize("name, opener", [("metrics.jsonl", open),
                                           ("metrics.jsonl.gz", gzip.open)])
 def test_metrics_with_bytes_that_are_not_utf8_are_named(tmp_path, name, opener):

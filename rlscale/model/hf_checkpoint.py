@@ -26,6 +26,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from rlscale import inputs
 from rlscale.model import transformer
 from rlscale.model.config import DTYPES, ModelConfig, RopeScaling
 
@@ -84,11 +85,10 @@ def _read_json(path: pathlib.Path, what: str) -> dict:
   if not path.is_file():
     raise FileNotFoundError(f"{what}: {path} not found (expected a Hugging Face checkpoint directory "
                             f"with {CONFIG_FILE} and {WEIGHTS_FILE} or {INDEX_FILE})")
-  with open(path) as f:
-    try:
-      return json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{what}: {path} is not valid JSON ({e})") from None
+  try:
+    return inputs.read_json(path)
+  except ValueError as e:
+    raise ValueError(f"{what}: {e}") from None
 
 
 def _checkpoint_dir(path: PathLike) -> pathlib.Path:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from rlscale import cli
+from rlscale import inputs
 
 METRICS_FILE = "metrics.jsonl"
 # Committed study logs are stored gzipped (a 1,024-step run's log is ~1.7 MB of text); readers
@@ -98,14 +98,14 @@ def read_metrics(path: str) -> list[dict]:
   last line from a crash is skipped); [] when the file does not exist.
 
   Raises: ValueError `<path>:<line>: not valid UTF-8 ...` for bytes that are not UTF-8 (a file
-  damaged on disk; `rlscale.cli.decode_utf8`)."""
+  damaged on disk; `rlscale.inputs.decode_utf8`)."""
   records = []
   if not os.path.exists(path):
     return records
   opener = gzip.open if path.endswith(ARCHIVED_SUFFIX) else open
   with opener(path, "rb") as f:
     # Decoded whole, so a bad byte is reported at its line; JSON lines end with "\n" only.
-    text = cli.decode_utf8(f.read(), path)
+    text = inputs.decode_utf8(f.read(), path)
   for line in text.split("\n"):
     if not line.strip():
       continue

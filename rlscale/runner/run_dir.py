@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from rlscale import outputs
+from rlscale import inputs
 from rlscale.cli import TrainingDiverged
 from rlscale.model import save_hf_checkpoint
 from rlscale.runner import builders
@@ -61,8 +62,7 @@ def check_resume_config(workdir: str, config) -> None:
   checkpoints = os.path.join(workdir, CHECKPOINTS_DIR)
   if not (os.path.exists(path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
     return
-  with open(path, encoding="utf-8") as f:
-    saved = {**ADDED_FIELD_DEFAULTS, **flatten_config(json.load(f)["config"])}
+  saved = {**ADDED_FIELD_DEFAULTS, **flatten_config(inputs.read_json(path)["config"])}
   # A field only some configs have (model.moe_routing_replay: MoE configs) reads as its default
   # on both sides.
   current = {**ADDED_FIELD_DEFAULTS,
@@ -128,8 +128,7 @@ def read_json(path) -> dict:
   """The JSON object in file `path`, or {} when the file does not exist."""
   if not os.path.exists(path):
     return {}
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
+  return inputs.read_json(path)
 
 
 def save_warm_eval(workdir: str, warm_eval: dict) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import math
 import os
 import statistics
@@ -37,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rlscale import inputs
 from rlscale.runner.metrics_log import metrics_path, read_metrics
 from rlscale.scaling import curves as curves_lib
 from rlscale.scaling import decision as decision_lib
@@ -188,12 +188,10 @@ def run_dirs(sweep_dir: str, *, required: bool = True) -> list[str]:
 
 
 def load_run(path: str) -> RunData:
-  with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-    config = json.load(f)["config"]
+  config = inputs.read_json(os.path.join(path, "config.json"))["config"]
   summary = None
   if os.path.exists(os.path.join(path, "summary.json")):
-    with open(os.path.join(path, "summary.json"), encoding="utf-8") as f:
-      summary = json.load(f)
+    summary = inputs.read_json(os.path.join(path, "summary.json"))
   return RunData(os.path.basename(path), path, config,
                  read_metrics(metrics_path(path)), summary)
 
@@ -202,8 +200,7 @@ def load_sweep_meta(sweep_dir: str) -> dict:
   path = os.path.join(sweep_dir, "sweep.json")
   if not os.path.exists(path):
     return {}
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
+  return inputs.read_json(path)
 
 
 def _mode(values):

@@ -41,6 +41,7 @@ import traceback
 import types
 from typing import Any, Callable, Sequence
 
+from rlscale import cli
 from rlscale import outputs
 from rlscale.runner.config_files import flatten_config, import_python_file, load_config_file
 from rlscale.runner import workdir_lock
@@ -59,6 +60,9 @@ MAX_EXIT_STATUS = 100  # exit status = failed runs, capped
 # The status of a run whose workdir another process holds (`rlscale.runner.workdir_lock`: another
 # sweep, or the run started by hand): not started here, not failed, not finished.
 RUNNING_ELSEWHERE = "running elsewhere"
+# A run stopped by a non-finite loss or gradient (exit status EXIT_DIVERGED): an outcome of its
+# learning rate, not a failure of the sweep; its metrics and last good checkpoint stay.
+DIVERGED = "diverged"
 # Config sections the warm start depends on (as rlscale.runner.builders.warm_start's cache key).
 # Config sections the warm start depends on; with the effective sft seed (`warm_start_signature`).
 WARM_START_FIELDS = ("model", "task", "sft", "rollout")
@@ -305,7 +309,7 @@ def _minutes(seconds: float) -> str:
 
 class SweepRecord:
   """<workdir>/sweep.json (or sweep_shard<i>of<n>.json for a shard): every run's status
-  (pending, running, done, skipped, failed, interrupted, or "running elsewhere" with the
+  (pending, running, done, skipped, failed, interrupted, diverged, or "running elsewhere" with the
   `holder` of its workdir's lock), seconds, error and command; written atomically after each
   change."""
 
@@ -343,6 +347,8 @@ def _run_in_process(run: Run, workdir: str) -> tuple[str, str | None]:
     summary = train_and_evaluate(run.config, os.path.join(workdir, RUNS_DIR, run.name))
   except workdir_lock.WorkdirInUse as e:
     return RUNNING_ELSEWHERE, str(e)
+  except cli.TrainingDiverged as e:
+    return DIVERGED, str(e)
   except Exception as e:  # pylint: disable=broad-except
     traceback.print_exc()
     return "failed", f"{type(e).__name__}: {e}"
@@ -548,6 +554,7 @@ def _execute_processes(todo, workdir, parallel, sweep_spec, cli_overrides, recor
         # Refused by its workdir's lock (taken between the check above and the run's start).
         holder = None if ok else running_elsewhere(workdir, run)
         status = ("done" if ok else RUNNING_ELSEWHERE if holder is not None
+                  else DIVERGED if proc.returncode == cli.EXIT_DIVERGED
                   else "interrupted" if interrupted else "failed")
         run_dir = os.path.join(workdir, RUNS_DIR, run.name)
         fields = {"error": None}
@@ -639,7 +646,8 @@ def run_sweep(sweep_file: str | types.ModuleType, workdir: str, *, arg: str | No
     log: progress lines.
 
   Returns: {"workdir", "record" (sweep.json path), "runs" (names, planned order), "statuses"
-  ({name: done | skipped | failed | interrupted | pending | RUNNING_ELSEWHERE}), "failed"
+  ({name: done | skipped | failed | interrupted | diverged | pending | RUNNING_ELSEWHERE}),
+  "failed"
   (count), "running_elsewhere" (count: runs another process holds, not started here),
   "interrupted_by" (the signal number that stopped the sweep, or None)}. Failed runs do not
   raise. Raises ValueError for parallel < 1 and bad sweep input (`plan_sweep`), NotADirectoryError

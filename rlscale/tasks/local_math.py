@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
-from rlscale import cli
+from rlscale import inputs
 from rlscale import outputs
 from rlscale import paths
 from rlscale.tasks import base
@@ -103,13 +103,13 @@ def read_jsonl(path: str) -> list[dict[str, str]]:
 
   Raises:
     ValueError: bytes that are not UTF-8, invalid JSON or an unrecognised row (the message gives
-      path:line; `rlscale.cli.decode_utf8` for the bytes).
+      path:line; `rlscale.inputs.decode_utf8` for the bytes).
   """
   rows = []
   with open(path, "rb") as f:
     # Decoded whole, not line by line as open() does, so a bad byte is reported at its line.
     # utf-8-sig: a byte-order mark (Windows editors write one) is skipped.
-    text = cli.decode_utf8(f.read(), path, encoding="utf-8-sig")
+    text = inputs.decode_utf8(f.read(), path, encoding="utf-8-sig")
   # newline=None: CRLF and CR end lines too, as in a file opened as text.
   for number, line in enumerate(io.StringIO(text, newline=None), 1):
     if not line.strip():

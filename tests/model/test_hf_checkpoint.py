@@ -148,7 +148,7 @@ def test_sharded_checkpoint_loads(tmp_path, random_params):
   with pytest.raises(FileNotFoundError, match=r"shard .*model-00002-of-00002.safetensors listed in"):
     hc.load_hf_checkpoint(sharded)
   (sharded / "model.safetensors.index.json").write_text('{"weight_map": ')  # truncated
-  with pytest.raises(ValueError, match=r"model\.safetensors\.index\.json is not valid JSON"):
+  with pytest.raises(ValueError, match=r"model\.safetensors\.index\.json:\d+:\d+: not valid JSON"):
     hc.load_hf_checkpoint(sharded)
 
 
@@ -158,7 +158,7 @@ def test_missing_directory_config_or_weights(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"config\.json not found"):
     hc.load_hf_checkpoint(tmp_path)
   (tmp_path / "config.json").write_text("{'model_type': 'qwen3'}")  # Python, not JSON
-  with pytest.raises(ValueError, match=r"config\.json is not valid JSON"):
+  with pytest.raises(ValueError, match=r"config\.json:\d+:\d+: not valid JSON"):
     hc.load_hf_checkpoint(tmp_path)
   (tmp_path / "config.json").write_text(json.dumps(QWEN3_V5))
   with pytest.raises(FileNotFoundError, match=r"looked for model\.safetensors and model\.safetensors\.index\.json"):

@@ -375,6 +375,35 @@ def test_a_run_taken_just_before_its_process_starts_is_running_elsewhere(tmp_pat
     locks[0].release()
 
 
+class _DivergedProcess(_RefusedProcess):
+  """A run process that stopped at a non-finite loss (rlscale.cli.EXIT_DIVERGED)."""
+  returncode = 3
+
+
+def test_a_run_that_diverges_is_recorded_as_diverged_not_failed(tmp_path, monkeypatch):
+  """Exit status 3 is an outcome of the run's settings (its learning rate), not a failure of the
+  sweep: status "diverged", its error line kept, its metrics and checkpoints left in place."""
+  workdir = str(tmp_path / "w")
+  run = _plan("smoke", tmp_path)[0]
+  monkeypatch.setattr(sweep, "prepare_warm_starts", lambda *_: 0.0)
+  run_dir = os.path.join(workdir, "runs", run.name)
+
+  def start(argv, cores, log_path):
+    del argv, cores
+    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+      f.write('{"step": 1, "train/loss": null}\n')
+    log = open(log_path, "a", encoding="utf-8")
+    log.write("error: step 1: the loss is nan\n")
+    log.flush()
+    return _DivergedProcess(), log
+  monkeypatch.setattr(sweep, "start_run_process", start)
+  record = sweep.execute([run], workdir, parallel=2, log=lambda line: None)
+  entry = record.entries[run.name]
+  assert entry["status"] == "diverged" and "the loss is nan" in entry["error"]
+  assert record.failed() == 0
+  assert os.path.exists(os.path.join(run_dir, "metrics.jsonl"))
+
+
 def test_discard_unstarted_keeps_a_directory_another_process_holds(tmp_path):
   from rlscale.runner import workdir_lock  # pylint: disable=import-outside-toplevel
   run_dir = tmp_path / "run"
