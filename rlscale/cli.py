@@ -1,6 +1,6 @@
 """One-line errors for rlscale's command-line tools (`python -m rlscale.main`, sweeps, reports).
 
-A config or input mistake (a ValueError, TypeError, KeyError, OSError such as FileNotFoundError,
+A config or input mistake (a ValueError, an OSError such as FileNotFoundError,
 an absl flags error or `UsageError`) is printed as one line, `error: <message>`, on stderr and the
 process exits with status 2 (the usual status for bad usage, as argparse uses). A `RunFailure`
 (training diverged: 3) prints its line and exits with its own `exit_code`. The storage refusing a
@@ -170,9 +170,10 @@ def storage_failure(exc: OSError, *, where: str | None = None,
                      f"{directory}; {action} and rerun to resume")
 
 
-# Exceptions that mean "the input is wrong", not "the code is wrong"; validation in rlscale raises
-# ValueError/TypeError naming the field, and missing files raise FileNotFoundError.
-USER_ERRORS = (ValueError, TypeError, KeyError, OSError, UsageError, flags.Error)
+# Exceptions that mean "the input is wrong", not "the code is wrong": validation in rlscale raises
+# ValueError naming the field, and missing files raise FileNotFoundError. A TypeError or KeyError
+# is a bug (or a check missing): it keeps its traceback.
+USER_ERRORS = (ValueError, OSError, UsageError, flags.Error)
 
 
 def verbose_requested(argv: Sequence[str] | None = None) -> bool:

@@ -22,7 +22,6 @@ def _raise(exc):
 @pytest.mark.parametrize("exc, line", [
     (ValueError("rl.group_size must be >= 1, got 0"), "error: rl.group_size must be >= 1, got 0"),
     (FileNotFoundError("data file 'x.jsonl' not found"), "error: data file 'x.jsonl' not found"),
-    (KeyError("no such task"), "error: no such task"),  # not "'no such task'"
     (ValueError("two\n  lines"), "error: two lines"),
     (cli.UsageError("unexpected arguments ['x']"), "error: unexpected arguments ['x']"),
 ])
@@ -33,6 +32,14 @@ def test_user_errors_print_one_line_and_exit_2(capsys, monkeypatch, exc, line):
   assert stop.value.code == 2
   err = capsys.readouterr().err
   assert err == line + "\n"
+
+
+@pytest.mark.parametrize("exc", [TypeError("unsupported operand"), KeyError("missing")])
+def test_type_and_key_errors_are_bugs_with_their_traceback(exc):
+  """Issue 40: validation raises ValueError naming the field; a TypeError or KeyError reaching
+  the top is a bug (or a missing check) and keeps its traceback."""
+  with pytest.raises(type(exc)):
+    cli.run_cli(_raise(exc), argv=["prog"])
 
 
 def test_wrapped_traceback_messages_give_the_innermost_error():
