@@ -44,6 +44,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def _main(argv):
   from rlscale.scaling import hyper  # pylint: disable=g-import-not-at-top
   from rlscale.scaling import sweep  # pylint: disable=g-import-not-at-top
+  from rlscale.scaling import sweep_plan  # pylint: disable=g-import-not-at-top
   if len(argv) > 1:
     raise cli.UsageError(f"unexpected arguments {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
@@ -51,9 +52,9 @@ def _main(argv):
   spec = config_flags.get_config_filename(flags.FLAGS["config"])
   overrides = config_flags.get_override_values(flags.FLAGS["config"])
   if _LIST.value:
-    _, runs, spec = sweep.plan_sweep(spec, _WORKDIR.value, overrides=overrides, shard=shard)
+    _, runs, spec = sweep_plan.plan_sweep(spec, _WORKDIR.value, overrides=overrides, shard=shard)
     for run in runs:
-      print(sweep.shell_command(sweep.run_command(run, spec, _WORKDIR.value, overrides)))
+      print(sweep_plan.shell_command(sweep_plan.run_command(run, spec, _WORKDIR.value, overrides)))
     return 0
   if _VALIDATE.value:
     if shard is not None or _PARALLEL.value != 1:

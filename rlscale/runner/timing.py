@@ -26,6 +26,9 @@ from typing import Iterator
 # BACKEND_COMPILE_EVENT); the persistent compilation cache's reads happen inside the last.
 COMPILE_EVENT_PREFIX = "/jax/core/compile/"
 PARTS = ("generation", "reward", "training", "evaluation", "checkpointing", "compile")
+# The phases of one RL step, the step's own work (a PARTS prefix): what a throughput profile times
+# per step and what the analysis sums as a run's RL seconds (rlscale.scaling).
+PHASES = ("generation", "reward", "training")
 
 
 class CompileLog:

@@ -15,13 +15,21 @@ the warm start at samples = 0 included. Conventions (docs/design.md, "The study"
 - invariance score: mean absolute gap between a curve and the reference batch's curve on a common
   grid of sample counts, the 0-sample point left out (runs on one warm start share it exactly,
   a structural zero that would dilute every score).
+
+`invariance` scores a sweep's LR-rule groups (the report's rows, `rlscale.scaling.rows`) against
+the reference batch, with the noise floor and the paired differences between rules.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+import math
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
+
+from rlscale.scaling import decision as decision_lib
+from rlscale.scaling.decision import finite_or_none
+from rlscale.scaling.groups import LR_RULES, seed_key
 
 
 class Crossing(NamedTuple):
@@ -141,3 +149,61 @@ def invariance_score(curves_by_seed: dict, reference_by_seed: dict) -> float | N
   if not seeds:
     return None
   return float(np.mean([curve_gap(curves_by_seed[s], reference_by_seed[s]) for s in seeds]))
+
+
+def _smoothed_curves(rows, per_run, metric, window) -> dict:
+  """{seed key: (samples, centred running mean)} of the rows' runs."""
+  out = {}
+  for row in rows:
+    s, v = per_run[row["name"]].curve(metric)
+    out.setdefault(seed_key(row), (s, centred_mean(v, window)))
+  return out
+
+
+def invariance(groups, per_run, metric, window, reference_batch) -> dict:
+  """Per rule: the invariance score of each batch against the reference batch's curve (paired by
+  seed key, 0-sample point left out, `curve_gap`), per seed and averaged; the noise
+  floor (the gap between runs at the reference batch on the *same* warm start and different RL
+  seeds: what identical settings differ by); and, between rules, the paired difference of the
+  per-seed mean scores with its t interval (`comparisons`)."""
+  out: dict[str, Any] = {}
+  per_seed_means = {}
+  for rule in LR_RULES:
+    batches = sorted(b for (r, b) in groups if r == rule)
+    if len(batches) < 2:
+      continue
+    ref = min(batches, key=lambda b: (abs(math.log(b / reference_batch)), b))
+    ref_curves = _smoothed_curves(groups[(rule, ref)], per_run, metric, window)
+    per_seed = {}
+    for b in batches:
+      if b == ref:
+        continue
+      cand = _smoothed_curves(groups[(rule, b)], per_run, metric, window)
+      per_seed[str(b)] = {k: curve_gap(cand[k], ref_curves[k])
+                          for k in sorted(set(cand) & set(ref_curves))}
+    scores = {b: (float(np.mean(list(v.values()))) if v else None) for b, v in per_seed.items()}
+    keys = sorted({k for v in per_seed.values() for k in v})
+    per_seed_means[rule] = {k: float(np.mean([v[k] for v in per_seed.values() if k in v]))
+                            for k in keys}
+    pairs = [curve_gap(ref_curves[a], ref_curves[b])
+             for i, a in enumerate(sorted(ref_curves)) for b in sorted(ref_curves)[i + 1:]
+             if a[0] == b[0]]  # same warm start, different RL seed
+    out[rule] = {"reference_batch": ref, "scores": scores,
+                 "per_seed": {b: {repr(k): g for k, g in v.items()} for b, v in per_seed.items()},
+                 "mean_score": finite_or_none(float(np.mean(
+                     [v for v in scores.values() if v is not None] or [np.nan]))),
+                 "noise_floor": float(np.mean(pairs)) if pairs else None,
+                 "noise_floor_pairs": len(pairs)}
+  comparisons = {}
+  for a, b in (("sqrt", "none"), ("sqrt_adam", "none"), ("sqrt_adam", "sqrt")):
+    if a in per_seed_means and b in per_seed_means:
+      keys = sorted(set(per_seed_means[a]) & set(per_seed_means[b]))
+      diffs = [per_seed_means[a][k] - per_seed_means[b][k] for k in keys]
+      if diffs:
+        ci = decision_lib.t_interval(diffs)
+        comparisons[f"{a}_minus_{b}"] = {
+            "difference": float(np.mean(diffs)), "ci": list(ci) if ci else None, "n": len(diffs),
+            "resolved": bool(ci and (ci[1] < 0 or ci[0] > 0))}
+  if out:
+    out["comparisons"] = comparisons
+  return out

@@ -15,6 +15,10 @@ give at most n^n resamples and the percentile bootstrap's coverage falls well be
 (2 seeds: the two-value range, ~50%); the t interval is exact when the log ratios are normal and
 close to it for the near-symmetric log ratios of samples-to-target. Below MIN_SEEDS paired seeds
 no interval is given (None), and every verdict built on it is "unresolved".
+
+Over a sweep's groups (the report's rows, `rlscale.scaling.rows`): `decisions` compares every
+larger batch with the smallest per LR rule (and per warm start, `decisions_by_warm_start`);
+`power` gives the seeds each decision needs for a +-15% interval, from the runs' own spread.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Hashable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 from scipy import stats
+
+from rlscale.scaling.groups import LR_RULES, TUNED, seed_key
 
 MIN_SEEDS = 3  # below this, no interval is printed
 LEVEL = 0.95
@@ -137,3 +143,105 @@ def seeds_needed(sd: float, half_width: float, *, level: float = LEVEL, max_seed
     if t_quantile(n - 1, level) * sd / math.sqrt(n) <= half_width:
       return n
   return max_seeds
+
+
+def finite_or_none(x):
+  """x as the report holds it: a float, or None for None and a non-finite x (JSON has no inf)."""
+  return None if x is None or not math.isfinite(x) else float(x)
+
+
+def decisions(groups, throughput) -> list[dict]:
+  """Every larger batch vs the smallest, per rule: the samples ratio paired over seed keys, the
+  throughput ratio, the predicted time ratio with its interval and a three-valued verdict."""
+  out = []
+  for rule in LR_RULES + (TUNED,):
+    batches = sorted(b for (r, b) in groups if r == rule)
+    if len(batches) < 2:
+      continue
+    base = batches[0]
+    for cand in batches[1:]:
+      base_rows, cand_rows = groups[(rule, base)], groups[(rule, cand)]
+      paired, dropped = paired_positive({seed_key(r): r["samples_lower_bound"] for r in cand_rows},
+                                        {seed_key(r): r["samples_lower_bound"] for r in base_rows})
+      if paired is None:
+        continue
+      censored = any(r["censored"] for r in base_rows + cand_rows if seed_key(r) in paired.seeds)
+      q_b, q_c = throughput.q(base), throughput.q(cand)
+      q_ratio = q_c / q_b if q_b and q_c else None
+      q_ci = throughput.ratio_ci(base, cand)
+      time_ci = (time_ratio_interval(paired.ci, q_ratio, q_ci) if q_ratio else None)
+      out.append({
+          "base": base, "candidate": cand, "lr_rule": rule, "n_seeds": paired.n,
+          "seeds_at_target_at_warm_start": dropped,
+          "throughput_ratio": q_ratio, "throughput_ratio_ci": q_ci,
+          "samples_ratio": paired.ratio, "samples_ratio_ci": list(paired.ci) if paired.ci else None,
+          "censored": bool(censored),
+          "predicted_time_ratio": paired.ratio / q_ratio if q_ratio else None,
+          "time_ratio_ci": list(time_ci) if time_ci else None,
+          "verdict": verdict(time_ci, censored=censored),
+          "why": _why_unresolved(paired.n, censored, time_ci),
+      })
+  return out
+
+
+def decisions_by_warm_start(groups, throughput) -> dict[str, list[dict]]:
+  """{warm start's seed: the decisions on its seed keys alone} when the runs come from more than
+  one warm start, else {}. A robustness warm start run under fewer rules or seeds than the first
+  would otherwise set the pooled decision (e.g. censor it) by itself; split, each warm start says
+  whether the answer holds from another starting point."""
+  warm_starts = sorted({seed_key(r)[0] for rows in groups.values() for r in rows})
+  if len(warm_starts) < 2:
+    return {}
+  out = {}
+  for w in warm_starts:
+    mine = {k: [r for r in rows if seed_key(r)[0] == w] for k, rows in groups.items()}
+    out[str(w)] = decisions({k: rows for k, rows in mine.items() if rows}, throughput)
+  return out
+
+
+def paired_positive(candidate: dict, base: dict):
+  """(`paired_log_ratio` over the common seed keys where both values are > 0, or None when
+  there is none; how many common keys were left out). A run that met the target at its warm start
+  (N* = 0) has no ratio: it is left out and counted, not divided by."""
+  common = set(candidate) & set(base)
+  usable = {k for k in common if candidate[k] > 0 and base[k] > 0}
+  if not usable:
+    return None, len(common)
+  return (paired_log_ratio({k: candidate[k] for k in usable}, {k: base[k] for k in usable}),
+          len(common - usable))
+
+
+def _why_unresolved(n: int, censored: bool, ci) -> str | None:
+  if censored:
+    return "a side is censored (some seed never reached the target): N* is a lower bound"
+  if n < MIN_SEEDS:
+    return f"{n} paired seed(s): no interval below {MIN_SEEDS}"
+  if ci is None:
+    return "no throughput ratio"
+  if ci[0] <= 1.0 <= ci[1]:
+    return "the 95% interval of the time ratio contains 1"
+  return None
+
+
+POWER_HALF_WIDTH = math.log(1.15)  # a paired N* ratio known to about +-15%
+
+
+def power(groups, decisions) -> list[dict]:
+  """Per decision with >= 2 paired, uncensored seeds: the spread (sd) of the paired log N* ratios
+  and the seeds a 95% t interval needs for a half width of log(1.15), about +-15% on the ratio
+  (`seeds_needed`): the study's power calculation, repeated from its own runs."""
+  out = []
+  for d in decisions:
+    base = {seed_key(r): r for r in groups[(d["lr_rule"], d["base"])]}
+    cand = {seed_key(r): r for r in groups[(d["lr_rule"], d["candidate"])]}
+    logs = [math.log(cand[k]["samples_lower_bound"] / base[k]["samples_lower_bound"])
+            for k in sorted(set(base) & set(cand))
+            if not cand[k]["censored"] and not base[k]["censored"]
+            and cand[k]["samples_lower_bound"] > 0 and base[k]["samples_lower_bound"] > 0]
+    if len(logs) < 2:
+      continue
+    sd = float(np.std(logs, ddof=1))
+    out.append({"lr_rule": d["lr_rule"], "base": d["base"], "candidate": d["candidate"],
+                "n": len(logs), "sd_log_ratio": sd,
+                "seeds_for_15_percent": seeds_needed(sd, POWER_HALF_WIDTH)})
+  return out

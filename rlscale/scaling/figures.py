@@ -20,9 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 
+from rlscale.runner.timing import PHASES  # noqa: E402  pylint: disable=g-import-not-at-top
 from rlscale.scaling import fits  # noqa: E402  pylint: disable=g-import-not-at-top
 from rlscale.scaling import curves as curves_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from rlscale.scaling.throughput import PHASES  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 

@@ -8,14 +8,20 @@
   a line in B with intercept N_min and slope N_min / B_noise.
 - Time-to-target T(B) = N*(B) / q(B) with q(B) = B / t(B) the end-to-end responses per second:
   T(B) = N_min (1 + B / B_noise)(a / B + b), minimised at B_opt = sqrt(a * B_noise / b).
+
+`scaling_fit` fits N*(B) per LR rule over a sweep's groups (the report's rows,
+`rlscale.scaling.rows`) and puts the predicted time-optimal batch beside the measured best.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
+
+from rlscale.scaling.decision import finite_or_none
+from rlscale.scaling.groups import LR_RULES, TUNED
 
 
 class Line(NamedTuple):
@@ -112,3 +118,45 @@ def time_optimal_batch(step_cost: Line, noise: NoiseFit) -> float | None:
   if math.isinf(noise.b_noise):
     return math.inf
   return math.sqrt(a * noise.b_noise / b)
+
+
+def scaling_fit(group_stats, throughput) -> dict:
+  """Per rule: N*(B) = N_min (1 + B / B_noise) over the uncensored groups when there are at least
+  MIN_FIT_POINTS batch sizes (a line through 2 points always has R^2 = 1), the censored ones
+  counted out in words; with the step-cost line, the predicted time-optimal batch beside the
+  measured best (lowest T = N*/q among uncensored groups)."""
+  out = {}
+  for rule in LR_RULES + (TUNED,):
+    rows = [g for g in group_stats if g["rule"] == rule]
+    if len(rows) < 2:
+      continue
+    usable = [g for g in rows if not g["censored"]]
+    left_out = [g["batch_size"] for g in rows if g["censored"]]
+    entry: dict[str, Any] = {"batches": [g["batch_size"] for g in usable], "n": len(usable),
+                             "censored_left_out": left_out}
+    timed = [g for g in usable if g["time_to_target_s"] is not None]
+    entry["measured_best_batch"] = (min(timed, key=lambda g: g["time_to_target_s"])["batch_size"]
+                                    if timed else None)
+    if len({g["batch_size"] for g in usable}) >= MIN_FIT_POINTS:
+      fit = fit_samples_to_target([g["batch_size"] for g in usable],
+                                  [g["samples_to_target_mean"] for g in usable])
+      entry.update(n_min=fit.n_min, b_noise=finite_or_none(fit.b_noise), r2=fit.r2)
+      if throughput.step_line is not None:
+        best = time_optimal_batch(throughput.step_line, fit)
+        entry["predicted_time_optimal_batch"] = describe_optimal_batch(best)
+    else:
+      entry["note"] = (f"no fit: {len(usable)} uncensored batch size(s), {MIN_FIT_POINTS} "
+                       "needed" + (f"; censored (lower bounds) left out: B = "
+                                   f"{', '.join(map(str, left_out))}" if left_out else ""))
+    out[rule] = entry
+  return out
+
+
+def describe_optimal_batch(best: float | None) -> float | str | None:
+  """The fitted time-optimal batch, or words where the fit has no interior optimum: inf when N*
+  does not grow with B, 0 when it grows faster than linearly (`fit_samples_to_target`)."""
+  if best is None or (math.isfinite(best) and best > 0):
+    return best
+  if math.isinf(best):
+    return "larger than any tried (no samples penalty)"
+  return "smaller than any tried (N* grows faster than linearly in B)"

@@ -1,7 +1,7 @@
 """Which runs a comparison is made of: LR-rule groups and the tuned group per batch.
 
-Rows are the report's run rows (dicts with name, batch_size, learning_rate, lr_multiplier, rules,
-seed_key, samples_lower_bound, final_metric).
+Rows are the report's run rows (`rlscale.scaling.rows`: dicts with name, batch_size,
+learning_rate, lr_multiplier, rules, seed_key, samples_lower_bound, final_metric).
 
 LR-rule groups. A run belongs to the group of the rule its config names (optim.lr_scaling) when
 its LR multiplier (optim.learning_rate / the sweep's lr0) is 1; the run at the reference batch
@@ -29,6 +29,11 @@ import numpy as np
 LR_RULES = ("none", "sqrt", "sqrt_adam", "linear")
 TUNED = "tuned"
 MIN_GRID = 3  # learning rates needed to bracket an optimum
+
+
+def seed_key(row) -> tuple:
+  """A row's seed key (warm-start seed, RL seed) as a tuple: rows with one key are paired."""
+  return tuple(row["seed_key"])
 
 
 def rule_memberships(rules_and_multipliers: dict[str, tuple[str, float, bool]]) -> dict[str, list[str]]:
@@ -146,3 +151,4 @@ def tuned_groups(rows: Sequence[dict]) -> dict[int, TunedGroup]:
   """{batch: TunedGroup} for every batch of the rows."""
   batches = sorted({r["batch_size"] for r in rows})
   return {b: tuned_group([r for r in rows if r["batch_size"] == b]) for b in batches}
+

@@ -159,7 +159,7 @@ def batch_lr_grid(*, prompts_per_step: Sequence[int], seeds: Sequence[int], lear
   each multiplier, under `grid_rule`) at `grid_prompts`, for every seed (seed varies slowest).
 
   Runs that end up with the same effective learning rate (e.g. every rule at the reference batch)
-  are merged when the sweep is planned (`rlscale.scaling.sweep.plan`), not here."""
+  are merged when the sweep is planned (`rlscale.scaling.sweep_plan.plan`), not here."""
   runs = product(sweep("rl.prompts_per_step", prompts_per_step), sweep("optim.lr_scaling", rules))
   if grid_prompts and grid_multipliers:
     runs += lr_grid(prompts_per_step=grid_prompts, learning_rate=learning_rate,

@@ -9,13 +9,33 @@ each noisy, so both are smoothed by an exponential moving average before dividin
 B_simple = EMA[tr(Sigma)] / EMA[|G|^2]. Batch sizes are in responses (rows of the update).
 On one device the small batch is a microbatch (rl.microbatches >= 2), on several devices one
 device's share; the update step logs both norms (rlscale/train/update.py).
+
+`gns_report` reads those norms from a sweep's runs (`rlscale.scaling.run_data`) and pools
+B_simple per training phase over them, in tokens or responses as the loss aggregation says.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
+
+from rlscale.scaling.decision import finite_or_none
+
+if TYPE_CHECKING:
+  from rlscale.scaling.run_data import RunData
+
+# (|g_small|^2, |g_big|^2, B_small, B_big) metric keys logged by the update step, newest first:
+# small = a microbatch on one device, a device's part on several (rlscale/train/update.py); the
+# older per-device names carry no information on one device (B_small = B_big).
+GNS_KEYS = (
+    ("train/gns_grad_sq_small", "train/gns_grad_sq_big", "train/gns_batch_small",
+     "train/gns_batch_big"),
+    ("train/grad_sq_norm_local", "train/grad_sq_norm_global", "train/gns_batch_local",
+     "train/gns_batch_global"),
+)
+# Loss aggregations whose gradient is a mean over tokens: the noise scale's examples are tokens.
+TOKEN_MEAN_AGGREGATIONS = ("token-mean",)
 
 
 def unbiased_estimates(g_small_sq, g_big_sq, b_small, b_big) -> tuple[np.ndarray, np.ndarray]:
@@ -100,3 +120,78 @@ def pooled_b_simple(g_small_sq, g_big_sq, b_small, b_big, *, level: float = 0.95
   tail = (1 - level) / 2 * 100
   low, high = (float(np.percentile(draws, q, method="nearest")) for q in (tail, 100 - tail))
   return Pooled(estimate, (low, high), int(grad_sq.size))
+
+
+def gns_report(runs: Sequence[RunData]) -> dict:
+  """B_simple pooled per training phase (first and second half of each run's steps) over every
+  run that logged the noise-scale norms at two batch sizes, with an interval over steps; per run
+  the pooled value per phase too. Nothing is dropped: a noise-dominated phase gives inf (null in
+  JSON) with its interval. The unit follows the loss aggregation: with token-mean the gradient is a
+  mean over tokens and B_simple is converted to tokens (responses x mean response tokens)."""
+  per_run, parts_by_phase, used = {}, {"first_half": [], "second_half": []}, None
+  aggregations = set()
+  for run in runs:
+    records = [r for r in run.records if r.get("step", 0) > 0]
+    for keys in GNS_KEYS:
+      if not records or not all(k in records[0] for k in keys):
+        continue
+      parts = np.asarray([[r.get(k, np.nan) for k in keys] for r in records], np.float64)
+      parts = parts[np.all(np.isfinite(parts), axis=1)]
+      if parts.size == 0 or np.any(parts[:, 3] <= parts[:, 2]):
+        continue  # equal batch sizes (one device, one microbatch): no information
+      used = keys
+      aggregations.add(run.get("rl.loss_agg_mode"))
+      half = len(parts) // 2
+      phases = {"first_half": parts[:half], "second_half": parts[half:]}
+      entry = {"batch_size": run.batch_size, "b_small": float(parts[0, 2]),
+               "b_big": float(parts[0, 3]), "tokens_per_response": run.mean_response_tokens()}
+      for phase, rows in phases.items():
+        if len(rows):
+          pooled = pooled_b_simple(*rows.T)
+          entry[phase] = _pooled_dict(pooled)
+          parts_by_phase[phase].append(rows)
+      series = b_simple(*parts.T)
+      entry["intervals"] = [{"samples": r["samples"], "b_simple": finite_or_none(float(b))}
+                            for r, b in zip(records, series) if any(k.startswith("eval/") for k in r)]
+      per_run[run.name] = entry
+      break
+  if not per_run:
+    return {"available": False, "per_run": {}, "pooled": None, "note": _gns_missing_note(runs)}
+  token_mean = aggregations <= set(TOKEN_MEAN_AGGREGATIONS) and None not in aggregations
+  tokens = [e["tokens_per_response"] for e in per_run.values() if e["tokens_per_response"]]
+  scale = float(np.mean(tokens)) if token_mean and tokens else 1.0
+  pooled = {}
+  for phase, chunks in parts_by_phase.items():
+    if chunks:
+      p = pooled_b_simple(*np.concatenate(chunks).T)
+      pooled[phase] = _pooled_dict(p, scale)
+  return {"available": True, "keys": list(used), "per_run": per_run, "pooled": pooled,
+          "unit": "tokens" if token_mean and tokens else "responses",
+          "loss_agg_modes": sorted(a for a in aggregations if a),
+          "note": ("pooled over every run's steps per phase: sum tr(Sigma) / sum |G|^2, "
+                   "interval over steps resampled; inf = noise-dominated")}
+
+
+def _pooled_dict(pooled, scale: float = 1.0) -> dict:
+  return {"b_simple": finite_or_none(pooled.b_simple * scale),
+          "ci": [finite_or_none(c * scale) for c in pooled.ci] if pooled.ci else None,
+          "steps": pooled.steps}
+
+
+def _gns_missing_note(runs: Sequence[RunData]) -> str:
+  """Why no run gives B_simple, in words: no run logged the microbatch GNS metrics (runs that
+  predate them log at most the per-device norms, one batch size on one device), or they were
+  logged at one batch size (rl.microbatches = 1 on one device)."""
+  first = [next((r for r in run.records if r.get("step", 0) > 0), {}) for run in runs]
+  small, big = GNS_KEYS[0][2], GNS_KEYS[0][3]
+  logged = [rec for rec in first if all(k in rec for k in GNS_KEYS[0])]
+  if logged:
+    sizes = sorted({int(rec[small]) for rec in logged if rec[small] >= rec[big]})
+    return (f"the runs logged the GNS metrics at one batch size only (B_small = B_big = "
+            f"{', '.join(map(str, sizes))} responses: rl.microbatches = 1 on one device); rerun "
+            "with rl.microbatches >= 2 to estimate B_simple")
+  older = any(all(k in rec for k in GNS_KEYS[1]) for rec in first)
+  return ("no run logged GNS metrics (" + ", ".join(GNS_KEYS[0]) + "); "
+          + ("the runs predate them: they log only the per-device norms (train/grad_sq_norm_local, "
+             "train/grad_sq_norm_global), one batch size on one device; runs made since with "
+             "rl.microbatches >= 2 log them" if older else "runs with rl.microbatches >= 2 log them"))

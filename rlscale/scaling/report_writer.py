@@ -8,7 +8,7 @@ import os
 
 from rlscale import outputs
 from rlscale.scaling import figures, fits
-from rlscale.scaling import report as report_lib
+from rlscale.scaling import run_data
 
 RUN_COLUMNS = ("name", "prompts_per_step", "group_size", "batch_size", "lr_rule", "learning_rate",
                "lr_multiplier", "sft_seed", "seed", "samples_to_target", "samples_to_target_first",
@@ -251,7 +251,7 @@ def write_report(report: dict, sweep_dir: str, out_dir: str | None = None) -> di
   and moved into out_dir only when every one was written, so a failure (e.g. in a figure) leaves
   a previous report whole and a new out_dir absent."""
   out_dir = out_dir or sweep_dir
-  runs = {os.path.basename(d): report_lib.load_run(d) for d in report_lib.run_dirs(sweep_dir)}
+  runs = {os.path.basename(d): run_data.load_run(d) for d in run_data.run_dirs(sweep_dir)}
   with outputs.staged_files(out_dir) as staging:
     figure_names = [os.path.basename(p) for p in figures.all_figures(report, runs, staging)]
     outputs.write_json(os.path.join(staging, "report.json"),

@@ -11,16 +11,22 @@ SE = sqrt(p (1 - p) / n) at the warm start's level p for n evaluation prompts (f
 [0, 1] that is not a proportion, e.g. a mean partial-credit reward, p (1 - p) bounds the variance,
 so the SE is an upper bound). Where several warm starts exist, the highest counts (the target
 must be that far above every one).
+
+For a sweep's runs (`rlscale.scaling.run_data`): `resolve_target` picks the target (command line,
+sweep file, else proposed) and `check_target_on_runs` checks it against their warm starts.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from rlscale.scaling import curves as curves_lib
+
+if TYPE_CHECKING:
+  from rlscale.scaling.run_data import RunData
 
 MIN_STANDARD_ERRORS = 3.0
 
@@ -88,3 +94,32 @@ def propose_target(warm_starts: Sequence[float], best_values: Sequence[float]) -
 def best_smoothed(values: Sequence[float], window: int) -> float:
   """The highest value of the centred running mean of a curve (curves.centred_mean)."""
   return float(np.max(curves_lib.centred_mean(values, window)))
+
+
+def resolve_target(runs: Sequence[RunData], meta: dict, *, metric: str, value: float | None,
+                   window: int) -> dict:
+  """The target on `metric`: `value` (--target) when given, else the one the sweep file states
+  (sweep.json "target", when it names the same metric), else one proposed from the runs
+  (labelled so). The runs must log the metric."""
+  stated = meta.get("target") or {}
+  if value is not None:
+    how = "given on the command line (--target)"
+  elif stated.get("value") is not None and stated.get("metric", metric) == metric:
+    value, how = float(stated["value"]), "pre-registered in the sweep file (get_target)"
+  else:
+    value, how = propose_target(
+        [float(r.curve(metric)[1][0]) for r in runs],
+        [best_smoothed(r.curve(metric)[1], window) for r in runs])
+  return {"metric": metric, "value": float(value), "chosen": how}
+
+
+def check_target_on_runs(target: dict, runs: Sequence[RunData], allow_weak: bool) -> dict:
+  """`check_target` of a resolved target against the runs: the highest warm start, the smallest
+  evaluation size; weak with a note where no run knows its evaluation size."""
+  warm = max(float(r.curve(target["metric"])[1][0]) for r in runs)
+  sizes = [r.eval_size for r in runs if r.eval_size]
+  if not sizes:
+    return {"standard_errors_above_warm_start": None, "warm_start": warm, "eval_size": None,
+            "weak": True, "note": "evaluation size unknown (no task.eval_size): not checked"}
+  return check_target(target["value"], warm, min(sizes), metric=target["metric"],
+                      allow_weak=allow_weak)

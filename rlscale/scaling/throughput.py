@@ -28,11 +28,10 @@ import jax
 import numpy as np
 
 from rlscale import outputs
+from rlscale.runner.timing import PHASES
 from rlscale.scaling import fits
 from rlscale.scaling import hyper
 
-# The phases of one RL step, as the runner's clock names them (rlscale.runner.timing.PARTS).
-PHASES = ("generation", "reward", "training")
 PROFILE_FILE = "throughput.json"
 
 

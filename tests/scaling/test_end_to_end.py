@@ -106,7 +106,7 @@ def _failing_sweep(tmp_path, runs, *flags):
   8 responses and the given runs; returns (sweep dir, sweep.json's entries by name)."""
   sweep_file = tmp_path / "failing.py"
   sweep_file.write_text(
-      "from rlscale.scaling.sweep import load_sweep_module\n"
+      "from rlscale.scaling.sweep_plan import load_sweep_module\n"
       f"BASE = load_sweep_module({os.path.abspath(os.path.join(ROOT, 'experiments', 'sweeps', 'batch_lr.py'))!r})\n"
       "def get_config(arg=None):\n"
       "  config = BASE.get_config('smoke')\n"

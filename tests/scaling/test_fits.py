@@ -55,3 +55,16 @@ def test_cost_line_text_signs_too_few_points_and_unphysical_slopes():
                                                  "not physical")
   rising = fits.fit_line([8, 16, 32], [2.0 + 0.01 * b for b in (8, 16, 32)])._asdict()
   assert fits.fit_is_usable(rising) and fits.cost_line_text(rising) == "2 s + 0.01 s x B"
+
+
+def test_superlinear_samples_to_target_is_described_not_reported_as_batch_zero():
+  # N* = 100, 600, 2000 at B = 16, 32, 64: the fitted line has a negative intercept, so
+  # fits gives B_noise = 0 and the optimum is below every batch tried (was printed as "0").
+  noise = fits.fit_samples_to_target([16, 32, 64], [100, 600, 2000])
+  assert noise.b_noise == 0.0 and noise.n_min == 0.0
+  best = fits.time_optimal_batch(fits.Line(0.1, 0.01, 1.0), noise)
+  assert best == 0.0
+  assert fits.describe_optimal_batch(best).startswith("smaller than any tried")
+  assert fits.describe_optimal_batch(math.inf).startswith("larger than any tried")
+  assert fits.describe_optimal_batch(12.5) == 12.5
+  assert fits.describe_optimal_batch(None) is None

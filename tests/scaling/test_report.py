@@ -12,6 +12,7 @@ from rlscale.scaling import decision
 from rlscale.scaling import figures
 from rlscale.scaling import report as report_lib
 from rlscale.scaling import report_writer
+from rlscale.scaling import run_data
 from tests.timeouts import hang_timeout
 
 LR0 = 1e-4
@@ -333,20 +334,6 @@ def test_a_report_failing_halfway_keeps_the_previous_one_whole(sweep_dir, tmp_pa
   assert os.path.basename(paths["md"]) in before
 
 
-def test_superlinear_samples_to_target_is_described_not_reported_as_batch_zero():
-  # N* = 100, 600, 2000 at B = 16, 32, 64: the fitted line has a negative intercept, so
-  # fits gives B_noise = 0 and the optimum is below every batch tried (was printed as "0").
-  from rlscale.scaling import fits
-  noise = fits.fit_samples_to_target([16, 32, 64], [100, 600, 2000])
-  assert noise.b_noise == 0.0 and noise.n_min == 0.0
-  best = fits.time_optimal_batch(fits.Line(0.1, 0.01, 1.0), noise)
-  assert best == 0.0
-  assert report_lib._describe_optimal_batch(best).startswith("smaller than any tried")
-  assert report_lib._describe_optimal_batch(math.inf).startswith("larger than any tried")
-  assert report_lib._describe_optimal_batch(12.5) == 12.5
-  assert report_lib._describe_optimal_batch(None) is None
-
-
 def test_minibatched_sweep_compares_curves_to_the_reference_batch_per_step(tmp_path):
   # PPO-style: 2 minibatches, the LR rule's reference 4 responses per update = B0 8 per step.
   root = str(tmp_path)
@@ -598,7 +585,7 @@ def test_a_sweep_of_gzipped_logs_gives_the_same_report(tmp_path):
   plain, archived = str(tmp_path / "plain"), str(tmp_path / "archived")
   _three_seed_sweep(plain)
   shutil.copytree(plain, archived)
-  for d in report_lib.run_dirs(archived):
+  for d in run_data.run_dirs(archived):
     with open(os.path.join(d, "metrics.jsonl"), "rb") as f, gzip.open(
         os.path.join(d, "metrics.jsonl.gz"), "wb") as g:
       g.write(f.read())
@@ -606,18 +593,3 @@ def test_a_sweep_of_gzipped_logs_gives_the_same_report(tmp_path):
   a = report_lib.build_report(plain, target=0.5, window=1, allow_weak_target=True)
   b = report_lib.build_report(archived, target=0.5, window=1, allow_weak_target=True)
   assert len(b["runs"]) == 6 and b["decisions"] == a["decisions"] and b["claims"] == a["claims"]
-
-
-def test_rule_comparison_counts_censoring_on_its_paired_seeds_only():
-  # none and sqrt at one batch on warm start 0 (3 seeds); sqrt also has a censored run on warm
-  # start 1, which none has no twin of: it is not in the ratio and does not censor it.
-  runs = [{"name": f"{rule}{s}", "seed_key": [0, s], "samples_lower_bound": n, "censored": False}
-          for rule, ns in (("none", (200, 400, 300)), ("sqrt", (100, 200, 100)))
-          for s, n in enumerate(ns)]
-  runs.append({"name": "sqrt_w1", "seed_key": [1, 0], "samples_lower_bound": 999, "censored": True})
-  groups = [{"rule": "none", "batch_size": 8, "runs": ["none0", "none1", "none2"]},
-            {"rule": "sqrt", "batch_size": 8, "runs": ["sqrt0", "sqrt1", "sqrt2", "sqrt_w1"]}]
-  paired, verdict, censored = report_lib._paired_rule_comparison(groups, runs, "none", "sqrt", 8)
-  # Ratios 2, 2, 3: geometric mean (12)^(1/3).
-  assert paired.n == 3 and paired.ratio == pytest.approx(12 ** (1 / 3))
-  assert not censored and verdict == "slower"

@@ -11,6 +11,7 @@ import pytest
 
 from rlscale.scaling import pinned
 from rlscale.scaling import sweep
+from rlscale.scaling import sweep_plan
 from tests.timeouts import hang_timeout
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -18,29 +19,8 @@ BATCH_LR = os.path.join(ROOT, "experiments", "sweeps", "batch_lr.py")
 
 
 def _plan(arg, tmp_path):
-  base = sweep.load_sweep_module(BATCH_LR).get_config(arg)
-  return sweep.plan(base, sweep.get_sweep(BATCH_LR, arg), str(tmp_path))
-
-
-def test_batch_lr_plan_merges_runs_with_equal_learning_rates(tmp_path):
-  runs = _plan(None, tmp_path)
-  names = {r.name: r for r in runs}
-  # At the reference batch every rule gives lr0; at B = 64 none's lr0 is the sqrt grid's x2.
-  assert names["seed=0,prompts_per_step=32,lr_scaling=none"].aliases == [
-      "seed=0,prompts_per_step=32,lr_scaling=sqrt"]
-  assert names["seed=0,prompts_per_step=8,lr_scaling=none"].aliases == [
-      "seed=0,prompts_per_step=8,lr_scaling=sqrt,learning_rate=0.0001"]
-  # sqrt_adam equals sqrt only at k = 1, where the sweep does not ask for it.
-  assert "seed=0,prompts_per_step=8,lr_scaling=sqrt_adam" in names
-
-
-def test_run_command_reproduces_the_run(tmp_path):
-  run = _plan("smoke", tmp_path)[1]
-  argv = sweep.run_command(run, f"{BATCH_LR}:smoke", str(tmp_path), {"rl.group_size": 2})
-  assert argv[1:3] == ["-m", "rlscale.main"]
-  assert f"--workdir={tmp_path}/runs/{run.name}" in argv
-  assert "--config.rl.group_size=2" in argv and "--config.optim.lr_scaling=none" in argv
-  assert sweep.shell_command(argv).startswith("python -m rlscale.main --config=")
+  base = sweep_plan.load_sweep_module(BATCH_LR).get_config(arg)
+  return sweep_plan.plan(base, sweep_plan.get_sweep(BATCH_LR, arg), str(tmp_path))
 
 
 def test_core_sets_split_the_cores():
@@ -224,12 +204,12 @@ def test_run_sweep_in_process_with_overrides_and_a_selection(tmp_path):
     record = json.load(f)
   assert record["cli_overrides"] == overrides and record["arg"] == "smoke"
   assert record["base_learning_rate"] == 3e-3 and record["reference_batch"] == 4
-  assert record["parallel"] == 1 and record["target"] == sweep.get_target(BATCH_LR, "smoke")
+  assert record["parallel"] == 1 and record["target"] == sweep_plan.get_target(BATCH_LR, "smoke")
   with open(os.path.join(workdir, "runs", name, "config.json")) as f:
     config = json.load(f)["config"]
   assert config["sft"]["steps"] == 2 and config["train"]["total_samples"] == 4
   # Again, the module given instead of its path: the finished run is skipped.
-  module = sweep.load_sweep_module(BATCH_LR)
+  module = sweep_plan.load_sweep_module(BATCH_LR)
   again = sweep.run_sweep(module, workdir, arg="smoke", overrides=overrides, select=one,
                           log=logged.append)
   assert again["statuses"] == {name: "skipped"}
@@ -266,22 +246,6 @@ def test_validation_runs_the_decisions_runs_one_at_a_time_alone(tmp_path, monkey
   assert len(calls) == 1
 
 
-def test_validation_goes_seed_key_by_seed_key():
-  import ml_collections
-  def run(name, seed, sft_seed=0):
-    config = ml_collections.ConfigDict({"seed": seed, "sft": {"seed": sft_seed}})
-    return sweep.Run(name, {}, config)
-  # Sweep order: batch by batch; the validation pairs whole seed keys first.
-  runs = [run("b4s0", 0), run("b4s1", 1), run("b4w1", 0, sft_seed=1), run("b8s0", 0),
-          run("b8s1", 1), run("other", 0)]
-  report = {"groups": [{"rule": "none", "batch_size": 4, "runs": ["b4s0", "b4s1", "b4w1"]},
-                       {"rule": "none", "batch_size": 8, "runs": ["b8s0", "b8s1"]}],
-            "decisions": [{"lr_rule": "none", "base": 4, "candidate": 8}]}
-  assert [r.name for r in sweep.validation_runs(runs, report)] == [
-      "b4s0", "b8s0", "b4s1", "b8s1", "b4w1"]
-  assert sweep.seed_key(runs[2].config) == (1, 0)
-
-
 def test_execute_with_processes_uses_the_process_pool_with_one_slot(tmp_path, monkeypatch):
   seen = []
   monkeypatch.setattr(sweep, "_execute_processes",
@@ -298,12 +262,12 @@ def test_sweep_records_its_stated_target_and_parallelism(tmp_path):
   path.write_text("def get_config(arg=None):\n  return None\n"
                   "def get_sweep(arg=None):\n  return [{}]\n"
                   "def get_target(arg=None):\n  return {'metric': 'eval/x', 'value': 0.7}\n")
-  assert sweep.get_target(str(path), None) == {"metric": "eval/x", "value": 0.7}
+  assert sweep_plan.get_target(str(path), None) == {"metric": "eval/x", "value": 0.7}
   path.write_text("def get_config(arg=None):\n  return None\n"
                   "def get_sweep(arg=None):\n  return [{}]\n"
                   "def get_target(arg=None):\n  return 0.7\n")
   with pytest.raises(ValueError, match="must return"):
-    sweep.get_target(str(path), None)
+    sweep_plan.get_target(str(path), None)
 
 
 def _lock_run_dir(workdir, run):
