@@ -70,11 +70,29 @@ def make_sharded_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.G
     rows (converted), rng one key; metrics float32 scalars, replicated. `fn.jitted` is the jitted
     step for a batch's keys and ranks (`fn.jitted(batch)`), e.g. to `.lower()` it for abstract
     inputs.
+  Resolves and validates `rl_cfg` once, then builds with `make_sharded_update_fn_from_checked`,
+  which a caller holding an already checked rl section (the runner) calls directly.
+
   Raises: ValueError for an invalid rl config or mesh (naming the field), or, when called, for a
     batch with missing keys or inconsistent shapes.
   """
   rl = resolve_rl_config(rl_cfg)
   validate_rl_config(rl, num_devices=batch_parallelism(mesh))
+  return make_sharded_update_fn_from_checked(
+      model_config, rl, optimizer, mesh, critic_optimizer=critic_optimizer,
+      state_shardings=state_shardings, rules=rules, cpu_compiler_options=cpu_compiler_options,
+      measure_noise_scale=measure_noise_scale)
+
+
+def make_sharded_update_fn_from_checked(
+    model_config: ModelConfig, rl, optimizer: optax.GradientTransformation, mesh, *,
+    critic_optimizer: Optional[optax.GradientTransformation] = None, state_shardings=None,
+    rules=None, cpu_compiler_options=CPU_UPDATE_OPTIONS,
+    measure_noise_scale: bool = False) -> Callable:
+  """`make_sharded_update_fn` for an `rl` section already resolved and validated (e.g.
+  `builders.CheckedConfig.rl`, from `builders.check_config`): no rl check runs here. Arguments
+  and the returned fn as for `make_sharded_update_fn`; raises ValueError for a mesh that the
+  state shardings refuse, or, when called, for a bad state or batch."""
   rules = rules_for_mesh(mesh) if rules is None else rules
   if update_lib.uses_critic(rl) and critic_optimizer is None:
     critic_optimizer = optimizer

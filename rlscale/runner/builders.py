@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import jax
+import ml_collections
 import numpy as np
 
 from rlscale import tokenizers as tokenizers_lib
@@ -287,7 +288,8 @@ def kernel_switches(config) -> dict[str, str]:
   return {name: config.model.get(name, "auto") for name in ("attention_impl", "remat_impl")}
 
 
-def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
+def build_model(config, tokenizer, log, *,
+                remat: bool | None = None) -> tuple[ModelConfig, Any, str]:
   """The policy to train: built-in (random init from the warm start's seed,
   `sft.effective_sft_seed`) or an HF checkpoint from config.model.checkpoint_path.
 
@@ -300,9 +302,14 @@ def build_model(config, tokenizer, log) -> tuple[ModelConfig, Any, str]:
     (model_config with param_dtype float32, dtype config.model.dtype and remat from
     `model_remat`; params, float32; export_dtype: the dtype to export the trained policy in,
     the checkpoint's own for HF, config.model.param_dtype for the built-in model).
+
+  `remat`: `CheckedConfig.remat` when `check_config` has checked `config` (as `build_run`
+  passes it): nothing is checked again. None (the default, a direct call): checks model.source
+  (`check_model_source`) and works out remat (`model_remat`) here.
   """
-  check_model_source(config)
-  remat = model_remat(config)
+  if remat is None:
+    check_model_source(config)
+    remat = model_remat(config)
   if config.model.source == "hf":
     from rlscale.model.hf_checkpoint import load_hf_checkpoint  # pylint: disable=g-import-not-at-top
     path = config.model.checkpoint_path
@@ -408,9 +415,10 @@ def _pmap_parts(config, rl, model_config, optimizer, critic_optimizer, host_stat
                          pad_id=tokenizer.pad_id, prompt_buckets=buckets,
                          host_threads=config.rollout.host_threads),
       "state": update_lib.replicate(host_state),
-      "update_fn": update_lib.make_update_fn(model_config, rl, optimizer,
-                                             critic_optimizer=critic_optimizer,
-                                             measure_noise_scale=measure_noise_scale),
+      # rl is check_config's, resolved and validated: the factory checks nothing again.
+      "update_fn": update_lib.make_update_fn_from_checked(model_config, rl, optimizer,
+                                                          critic_optimizer=critic_optimizer,
+                                                          measure_noise_scale=measure_noise_scale),
       "logp_fn": logp_fn,
       "value_fn": (update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
                    if update_lib.uses_critic(rl) else None),
@@ -423,7 +431,7 @@ def _mesh_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, hos
   """The mesh path's parts (`build_run`): the sharded update step (whose state shardings, from
   the abstract state, place everything else), the state on the mesh, the mesh sampler and the
   sharded forward passes."""
-  update_fn = parallel_update.make_sharded_update_fn(
+  update_fn = parallel_update.make_sharded_update_fn_from_checked(  # rl is check_config's
       model_config, rl, optimizer, mesh, critic_optimizer=critic_optimizer,
       measure_noise_scale=measure_noise_scale)
   shardings = update_fn.state_shardings
@@ -459,6 +467,7 @@ class CheckedConfig:
     optimizer: the policy's optimizer; critic_optimizer: a PPO critic's (None without a critic).
     prompt_buckets: the sampler's prompt lengths (`prompt_buckets`).
     sampling: the rollouts' SamplingConfig; eval_sampling: the sampled held-out metrics'.
+    remat: the policy's rematerialisation (`model_remat`).
   """
   rl: Any
   mesh: Any
@@ -470,6 +479,7 @@ class CheckedConfig:
   prompt_buckets: tuple
   sampling: SamplingConfig
   eval_sampling: SamplingConfig
+  remat: bool
 
 
 def check_config(config) -> CheckedConfig:
@@ -477,7 +487,9 @@ def check_config(config) -> CheckedConfig:
   or the tokenizer (cheap: no weights are read, nothing compiles; an HF checkpoint's config.json
   is read for its experts), and returns what it works out (`CheckedConfig`).
 
-  Called by `build_run` and, before the workdir exists, by `rlscale.runner.preflight`.
+  Every config check runs here, once: `rlscale.runner.preflight.check_config` calls it before the
+  workdir exists and hands the result to `build_run`, which then checks nothing again (it calls
+  this itself only when given no `checked`).
 
   Raises: ValueError naming the field and its allowed values (rl.*, mesh.*, train.*, eval.*,
   sft.*, optim.*, rollout.*, model.source / model.remat), FileNotFoundError for a missing
@@ -490,7 +502,7 @@ def check_config(config) -> CheckedConfig:
   hosts_lib.check_rl_config(rl, hosts_lib.current())
   check_model_source(config)
   rl = default_old_logp(config, rl)
-  model_remat(config)
+  remat = model_remat(config)
   check_train_config(config)
   batch_size = rl.prompts_per_step * rl.group_size
   total_steps = resolve_total_steps(config.train, batch_size)
@@ -505,11 +517,15 @@ def check_config(config) -> CheckedConfig:
       rl=rl, mesh=mesh, batch_parallelism=parallelism, total_steps=total_steps,
       optimizer_args=optimizer_args, optimizer=optimizer, critic_optimizer=critic_optimizer,
       prompt_buckets=prompt_buckets(config.rollout.max_prompt_tokens), sampling=sampling,
-      eval_sampling=eval_sampling(sampling, config.eval.get("sampling")))
+      eval_sampling=eval_sampling(sampling, config.eval.get("sampling")), remat=remat)
 
 
-def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
-  """Validates `config` (`check_config`) and builds a `Run` (warm start included).
+def build_run(config, workdir: str, log: Callable[[str], None] = print,
+              checked: CheckedConfig | None = None) -> Run:
+  """Builds a `Run` (warm start included) from `config` and `checked`, what `check_config` (or
+  `preflight.check_config`, as `loop.train_and_evaluate` does) made of it. With `checked` None
+  (a direct call: a notebook, a test) it calls `check_config(config)` first, once. No config
+  check runs twice: the model and update-step builders are handed the checked results.
 
   The pmap path by default; a mesh (`layout.MeshLayout`: the sharded update step, the mesh
   sampler, the sharded forward passes) when config.mesh asks for fsdp or tensor parallelism
@@ -517,13 +533,16 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
   maybe_initialize_distributed(config.get("distributed", "auto"))
   num_devices = jax.local_device_count()
   # Everything that can be checked without the model is checked before the (slow) warm start.
-  checked = check_config(config)
+  if checked is None:
+    checked = check_config(config)
   rl, mesh, total_steps = checked.rl, checked.mesh, checked.total_steps
   optimizer_args, optimizer = checked.optimizer_args, checked.optimizer
   buckets, sampling, sampled_eval = checked.prompt_buckets, checked.sampling, checked.eval_sampling
   if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
     # Dr. GRPO's constant defaults to the response limit Tr; fixed here because the update step
-    # trains on each batch's bucketed response width (rl_step.rl_step), not on Tr.
+    # trains on each batch's bucketed response width (rl_step.rl_step), not on Tr. On a copy:
+    # `checked` is the caller's.
+    rl = ml_collections.ConfigDict(rl.to_dict())
     rl.loss_agg_norm = float(config.rollout.max_new_tokens)
   task = make_task(config.task, seed=config.seed)
   eval_examples = held_out_examples(config, task, log)
@@ -533,7 +552,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print) -> Run:
       chat_format=task.chat_format)
   if config.model.source == "hf":
     log(tokenizers_lib.describe_prompts(tokenizer))
-  model_config, params, export_dtype = build_model(config, tokenizer, log)
+  model_config, params, export_dtype = build_model(config, tokenizer, log, remat=checked.remat)
   params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
   critic_params, critic_optimizer = None, checked.critic_optimizer
   if update_lib.uses_critic(rl):

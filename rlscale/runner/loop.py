@@ -109,18 +109,21 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   ValueError) when another run holds the workdir, rlscale.cli.TrainingDiverged as above.
   """
   builders.maybe_initialize_distributed(config.get("distributed", "auto"))
-  preflight.check_config(config)  # before the workdir exists: a refusal leaves nothing on disk
+  # Every config check, once, before the workdir exists (a refusal leaves nothing on disk);
+  # build_run builds from the result and checks nothing again.
+  checked = preflight.check_config(config)
   if not hosts_lib.joined().writer:
     outputs.make_dirs(workdir)
-    return _train_and_evaluate(config, workdir, stop_after_steps)
+    return _train_and_evaluate(config, workdir, stop_after_steps, checked)
   # The lock first, before any slow step and before removed_on_failure looks at the workdir: a
   # refused run must neither wait for a model build nor remove what the holder is writing.
   with workdir_lock.held(workdir), outputs.removed_on_failure(workdir, keep=holds_results):
-    return _train_and_evaluate(config, workdir, stop_after_steps)
+    return _train_and_evaluate(config, workdir, stop_after_steps, checked)
 
 
 
-def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> dict[str, Any]:
+def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
+                        checked: builders.CheckedConfig) -> dict[str, Any]:
   check_resume_config(workdir, config)
   hosts = hosts_lib.current()
   finished = completed_summary(config, workdir)
@@ -129,7 +132,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None) -> d
       print(f"run already complete ({finished['steps']} steps); results: "
             f"{os.path.join(workdir, SUMMARY_FILE)}")
     return finished
-  run = builders.build_run(config, workdir, log=print if hosts.writer else _quiet)
+  run = builders.build_run(config, workdir, log=print if hosts.writer else _quiet, checked=checked)
   # Wall time counts from here: the (cached, shared) warm start is reported apart, so runs of a
   # sweep are comparable whether or not they trained the warm start themselves.
   clock = RunClock()

@@ -9,7 +9,8 @@ config that cannot run fails in well under a second and leaves nothing on disk:
    value <= 0), so a NaN or infinite float is always a mistake; a NaN learning rate used to train
    a NaN policy to the end and export it.
 2. Everything `builders.check_config` validates without the model (rl presets, mesh, train.*,
-   optimizer, sampling): the same function `builders.build_run` calls, called earlier.
+   optimizer, sampling), whose result `loop.train_and_evaluate` hands to `builders.build_run`:
+   every config check runs once, here, and nothing is checked again while the run is built.
 3. Memory (`estimate_memory`, `check_memory`): the bytes of the arrays a run cannot do without,
    from the model's sizes (the built-in model's config fields, or an HF checkpoint's config.json:
    no weights are read) and the batch's, against the machine's memory: the host's RAM on a CPU
@@ -389,7 +390,7 @@ def check_config(config) -> builders.CheckedConfig:
   and compiles nothing. Call it after `builders.maybe_initialize_distributed` (it reads the
   device count).
 
-  Returns: the `builders.CheckedConfig`.
+  Returns: the `builders.CheckedConfig`, to pass as `builders.build_run(..., checked=)`.
   Raises: ValueError (one line naming the field, the value and what is allowed or what to lower),
     FileNotFoundError for a missing model.checkpoint_path or its config.json.
   """

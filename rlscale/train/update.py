@@ -459,12 +459,34 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
   the checks (rng must be D keys), e.g. to `.lower()` it for abstract inputs, and
   `fn.compiler_options` the XLA options its executable gets here ({} where none apply).
 
+  Resolves and validates `rl_cfg` (`presets.resolve_rl_config`, `presets.validate_rl_config`),
+  once, then builds with `make_update_fn_from_checked`; a caller holding an already checked rl
+  section (the runner: `builders.CheckedConfig.rl`) calls that directly.
+
   Raises: ValueError for an invalid rl config (naming the field), or, when called, for a batch
   with missing keys or inconsistent shapes.
   """
-  num_devices = _num_local_devices(devices)
   rl = resolve_rl_config(rl_cfg)
-  validate_rl_config(rl, num_devices=num_devices)
+  validate_rl_config(rl, num_devices=_num_local_devices(devices))
+  return make_update_fn_from_checked(model_config, rl, optimizer,
+                                     critic_optimizer=critic_optimizer, devices=devices,
+                                     cpu_compiler_options=cpu_compiler_options,
+                                     measure_noise_scale=measure_noise_scale)
+
+
+def make_update_fn_from_checked(model_config: ModelConfig, rl,
+                                optimizer: optax.GradientTransformation, *,
+                                critic_optimizer: Optional[optax.GradientTransformation] = None,
+                                devices=None, cpu_compiler_options=CPU_UPDATE_OPTIONS,
+                                measure_noise_scale: bool = False) -> Callable:
+  """`make_update_fn` for an `rl` section already resolved and validated (e.g.
+  `builders.CheckedConfig.rl`, from `builders.check_config`): no config check runs here, so each
+  runs once per run. Arguments and the returned fn as for `make_update_fn`.
+
+  Raises: ValueError, when called, for a state without critic_params that a critic needs, or for
+  a batch with missing keys or inconsistent shapes.
+  """
+  num_devices = _num_local_devices(devices)
   if uses_critic(rl) and critic_optimizer is None:
     critic_optimizer = optimizer
   step = functools.partial(update_step, model_config=model_config, rl_cfg=rl, optimizer=optimizer,

@@ -1,7 +1,8 @@
 """builders.held_out_examples: an explicit task.eval_size is required exactly; otherwise
 task.default_eval_size is shrunk, with a warning, to what a data file holds. build_model: float32
 master weights for every source, the exported policy in the source's dtype. build_run: held-out
-sampling is the rollout's unless eval.sampling overrides it."""
+sampling is the rollout's unless eval.sampling overrides it. Check once, build once: each config
+check runs once per run, whether build_run checks or is handed preflight's result."""
 
 import jax
 import ml_collections
@@ -159,3 +160,85 @@ def test_held_out_sampling_is_the_rollouts_unless_eval_sampling_overrides_it(tmp
     builders.build_run(config, str(tmp_path / "c"), log=lambda _: None)
   with pytest.raises(ValueError, match=r"rollout\.min_p must be a float in \[0, 1\]"):
     builders.build_run(tiny_config(rollout__min_p=-0.5), str(tmp_path / "d"), log=lambda _: None)
+
+
+# Every config check, by the module attributes it is looked up through (functions imported by
+# name are looked up in the importing module).
+_CHECKS = {
+    "resolve_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders", "rlscale.train.update",
+                          "rlscale.parallel.update"],
+    "validate_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders", "rlscale.train.update",
+                           "rlscale.parallel.update"],
+    "check_model_source": ["rlscale.runner.builders"],
+    "model_remat": ["rlscale.runner.builders"],
+    "check_train_config": ["rlscale.runner.builders"],
+    "rollout_sampling": ["rlscale.runner.builders"],
+    "mesh_from_config": ["rlscale.runner.builders"],
+    "resolve_total_steps": ["rlscale.runner.builders"],
+    "check_rl_config": ["rlscale.runner.hosts"],
+    "check_finite": ["rlscale.runner.preflight"],
+    "check_config": ["rlscale.runner.builders"],
+}
+
+
+def _count_checks(monkeypatch) -> dict[str, int]:
+  """Wraps every check in `_CHECKS` with a counter; returns {name: calls}."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  counts = dict.fromkeys(_CHECKS, 0)
+  for name, modules in _CHECKS.items():
+    for module_name in modules:
+      module = importlib.import_module(module_name)
+      original = getattr(module, name)
+
+      def counted(*args, _name=name, _original=original, **kwargs):
+        counts[_name] += 1
+        return _original(*args, **kwargs)
+      monkeypatch.setattr(module, name, counted)
+  return counts
+
+
+def test_build_run_checks_the_config_once(tmp_path, monkeypatch):
+  counts = _count_checks(monkeypatch)
+  run = builders.build_run(tiny_config(sft__steps=0), str(tmp_path), log=lambda _: None)
+  assert counts == {**dict.fromkeys(_CHECKS, 1), "check_finite": 0}
+  assert run.rl_config.old_logp in ("sampler", "recompute")
+
+
+def test_build_run_given_preflights_result_checks_nothing_again(tmp_path, monkeypatch):
+  from rlscale.runner import preflight  # pylint: disable=g-import-not-at-top
+  config = tiny_config(sft__steps=0)
+  counts = _count_checks(monkeypatch)
+  checked = preflight.check_config(config)
+  assert counts == dict.fromkeys(_CHECKS, 1)
+  run = builders.build_run(config, str(tmp_path), log=lambda _: None, checked=checked)
+  assert counts == dict.fromkeys(_CHECKS, 1)
+  assert run.total_steps == checked.total_steps
+
+
+def test_train_and_evaluate_hands_preflights_result_to_build_run(tmp_path, monkeypatch):
+  from rlscale.runner import loop  # pylint: disable=g-import-not-at-top
+  counts = _count_checks(monkeypatch)
+  handed = []
+
+  class _Stop(Exception):
+    pass
+
+  def build_run(config, workdir, log=print, checked=None):
+    handed.append(checked)
+    raise _Stop
+  monkeypatch.setattr(builders, "build_run", build_run)
+  with pytest.raises(_Stop):
+    loop.train_and_evaluate(tiny_config(sft__steps=0), str(tmp_path / "run"))
+  assert len(handed) == 1 and isinstance(handed[0], builders.CheckedConfig)
+  assert counts == dict.fromkeys(_CHECKS, 1)
+
+
+def test_raw_update_factory_resolves_and_validates_once(monkeypatch):
+  counts = _count_checks(monkeypatch)
+  checked = builders.check_config(tiny_config())
+  counts.update(dict.fromkeys(_CHECKS, 0))
+  update_lib.make_update_fn(problem.MODEL, tiny_config().rl, checked.optimizer)  # a raw rl section
+  assert (counts["resolve_rl_config"], counts["validate_rl_config"]) == (1, 1)
+  counts.update(dict.fromkeys(_CHECKS, 0))
+  update_lib.make_update_fn_from_checked(problem.MODEL, checked.rl, checked.optimizer)
+  assert not any(counts.values())

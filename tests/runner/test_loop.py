@@ -316,8 +316,8 @@ def test_only_process_0_removes_a_failed_runs_files(tmp_path, monkeypatch, index
   # In a shared workdir, process 1 sees process 0's files as added by the run: it must not remove
   # them (nor the workdir); process 0 cleans up as a one-process run does.
   monkeypatch.setattr(hosts_lib, "joined", lambda: hosts_lib.Hosts(index, 2))
-  def fail(config, workdir, stop_after_steps):
-    del config, stop_after_steps
+  def fail(config, workdir, stop_after_steps, checked):
+    del config, stop_after_steps, checked
     (tmp_path / "run" / "config.json").write_text("{}")  # e.g. written by process 0
     raise RuntimeError("process failed")
   monkeypatch.setattr(loop, "_train_and_evaluate", fail)
