@@ -228,3 +228,22 @@ def test_throughput_commands_reuse_their_sweeps_warm_start():
       if cache_dir == committed:
         assert glob.glob(os.path.join(REPO, committed, "warm_start_*.msgpack")), committed
       assert args.get("--out") == f"{workdir}/throughput", " ".join(c)
+
+
+def _collected(paths: list[str]) -> int:
+  """How many tests `pytest --collect-only` finds under `paths` (run from the repository)."""
+  out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                        "-p", "no:cacheprovider", *paths], capture_output=True, text=True,
+                       cwd=REPO, timeout=hang_timeout(120)).stdout
+  return int(re.search(r"(\d+) tests? collected", out)[1])
+
+
+def test_test_counts_are_those_pytest_collects():
+  """The README's "whole suite (N tests)" and "fast subset, M unit tests" equal what pytest
+  collects for the commands printed with them."""
+  text = open(README, encoding="utf-8").read()
+  total = int(re.search(r"whole suite \(([\d,]+) tests\)", text)[1].replace(",", ""))
+  fast = int(re.search(r"fast subset, ([\d,]+)\s+unit tests", text)[1].replace(",", ""))
+  subset = next(c for c in README_COMMANDS if c[:3] == ["python", "-m", "pytest"] and "-n" not in c)
+  assert (total, fast) == (_collected(["tests"]),
+                           _collected([a for a in subset[3:] if not a.startswith("-")]))
