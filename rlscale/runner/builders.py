@@ -34,6 +34,7 @@ from rlscale.sampler.mesh_sampler import MeshSampler
 from rlscale.sampler.sampler import Sampler
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import make_task
+from rlscale.tasks import verifier as verifier_lib
 from rlscale.train import update as update_lib
 from rlscale.train.optimizer import make_optimizer, scaled_learning_rate
 from rlscale.train.state import create_train_state, critic_params_from_policy
@@ -268,6 +269,27 @@ def held_out_examples(config, task, log) -> list:
         f"evaluating on {available} (set task.eval_size to require a number)")
     wanted = available
   return task.eval_examples(wanted)
+
+
+def unscorable_references_warning(config, examples) -> str | None:
+  """A warning when held-out reference answers are longer than the verifier reads
+  (`task.max_answer_chars`, 512 when absent): an answer that long scores 0 unparsed, so those
+  prompts can never be answered right (reasoning-gym's tower_of_hanoi: about half of its
+  references). None when every reference fits.
+
+  Args:
+    config: the run's ConfigDict (reads task.max_answer_chars).
+    examples: the held-out examples (`.answer` strings).
+  """
+  limit = config.task.get("max_answer_chars") or verifier_lib.VerifierConfig().max_answer_chars
+  lengths = [len(str(e.answer)) for e in examples]
+  too_long = sum(n > limit for n in lengths)
+  if not too_long:
+    return None
+  return (f"warning: {too_long} of {len(lengths)} held-out reference answers are longer than "
+          f"task.max_answer_chars={limit} (the longest {max(lengths)} characters): a correct "
+          "answer that long scores 0 unparsed; set config.task.max_answer_chars above it in the "
+          "config file")
 
 
 def model_remat(config) -> bool:
@@ -546,6 +568,9 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print,
     rl.loss_agg_norm = float(config.rollout.max_new_tokens)
   task = make_task(config.task, seed=config.seed)
   eval_examples = held_out_examples(config, task, log)
+  warning = unscorable_references_warning(config, eval_examples)
+  if warning:
+    log(warning)
   t0 = time.perf_counter()
   tokenizer = tokenizers_lib.load_tokenizer(
       config.model.checkpoint_path if config.model.source == "hf" else "char",

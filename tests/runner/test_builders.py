@@ -242,3 +242,17 @@ def test_raw_update_factory_resolves_and_validates_once(monkeypatch):
   counts.update(dict.fromkeys(_CHECKS, 0))
   update_lib.make_update_fn_from_checked(problem.MODEL, checked.rl, checked.optimizer)
   assert not any(counts.values())
+
+
+def test_references_longer_than_the_verifier_reads_are_warned():
+  """A held-out reference longer than task.max_answer_chars can never be answered right (the
+  answer scores 0 unparsed): the run says how many, and which setting raises the limit."""
+  import types  # pylint: disable=import-outside-toplevel
+  examples = [types.SimpleNamespace(answer="x" * n) for n in (10, 600, 513, 512)]
+  config = ml_collections.ConfigDict({"task": {}})
+  assert builders.unscorable_references_warning(config, examples) == (
+      "warning: 2 of 4 held-out reference answers are longer than task.max_answer_chars=512 "
+      "(the longest 600 characters): a correct answer that long scores 0 unparsed; set "
+      "config.task.max_answer_chars above it in the config file")
+  config.task.max_answer_chars = 600
+  assert builders.unscorable_references_warning(config, examples) is None
