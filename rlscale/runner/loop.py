@@ -93,7 +93,10 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   HF checkpoint, see `export_policy`).
   One run per workdir: process 0 holds the workdir's lock (`rlscale.runner.workdir_lock`) from
   the moment the workdir exists to the end; a run started in a workdir another run holds raises
-  WorkdirInUse (a ValueError naming the holder's pid and host) and changes nothing there.
+  WorkdirInUse (a ValueError naming the holder's pid and host) and changes nothing there. A
+  finished run is answered (`run already complete ...`, its summary) before the lock, reading
+  only, so a read-only workdir still shows its results; an unfinished one where the lock cannot
+  be created raises workdir_lock.WorkdirReadOnly (a ValueError: one line, exit status 2).
   A run that fails (an exception or Ctrl-C) before it has written results leaves no half-made
   workdir: unless `holds_results(workdir)`, what the run added is removed, and the workdir itself
   when the run created it (`rlscale.outputs.removed_on_failure`); a workdir that existed before
@@ -115,22 +118,38 @@ def train_and_evaluate(config, workdir: str, *, stop_after_steps: int | None = N
   if not hosts_lib.joined().writer:
     outputs.make_dirs(workdir)
     return _train_and_evaluate(config, workdir, stop_after_steps, checked)
+  # A finished run answers before the lock, reading only: a read-only workdir still shows it.
+  finished = _finished_run(config, workdir, writer=True)
+  if finished is not None:
+    return finished
   # The lock first, before any slow step and before removed_on_failure looks at the workdir: a
   # refused run must neither wait for a model build nor remove what the holder is writing.
   with workdir_lock.held(workdir), outputs.removed_on_failure(workdir, keep=holds_results):
     return _train_and_evaluate(config, workdir, stop_after_steps, checked)
 
 
+def _complete_line(steps: int, workdir: str) -> str:
+  """What asking again for a finished run prints."""
+  return f"run already complete ({steps} steps); results: {os.path.join(workdir, SUMMARY_FILE)}"
+
+
+def _finished_run(config, workdir: str, writer: bool) -> dict[str, Any] | None:
+  """The summary of the finished run of `config` in `workdir` (`completed_summary`; a changed
+  config raises as `check_resume_config`), saying so when `writer`; None when there is more to
+  do. Reads only."""
+  check_resume_config(workdir, config)
+  finished = completed_summary(config, workdir)
+  if finished is not None and writer:
+    print(_complete_line(finished["steps"], workdir))
+  return finished
+
+
 
 def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
                         checked: builders.CheckedConfig) -> dict[str, Any]:
-  check_resume_config(workdir, config)
   hosts = hosts_lib.current()
-  finished = completed_summary(config, workdir)
+  finished = _finished_run(config, workdir, hosts.writer)
   if finished is not None:
-    if hosts.writer:
-      print(f"run already complete ({finished['steps']} steps); results: "
-            f"{os.path.join(workdir, SUMMARY_FILE)}")
     return finished
   run = builders.build_run(config, workdir, log=print if hosts.writer else _quiet, checked=checked)
   # Wall time counts from here: the (cached, shared) warm start is reported apart, so runs of a
@@ -159,7 +178,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
     summary_path = os.path.join(workdir, SUMMARY_FILE)
     if step >= run.total_steps and os.path.exists(summary_path):
       checkpointer.close()
-      run.log(f"run already complete ({step} steps); results: {summary_path}")
+      run.log(_complete_line(step, workdir))
       with open(summary_path, encoding="utf-8") as f:
         summary = json.load(f)
       if hosts.writer and not os.path.isdir(os.path.join(workdir, POLICY_DIR)):

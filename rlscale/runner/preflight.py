@@ -4,7 +4,10 @@
 run, before it creates the workdir, takes the workdir lock, builds the model or warms it up), so a
 config that cannot run fails in well under a second and leaves nothing on disk:
 
-1. Every float in the config is finite (`check_finite`). No field of
+1. Every float in the config is finite (`check_finite`), and every seed (a field named `seed` or
+   ending in `_seed`, at any depth) is an int that `jax.random.key` takes, in
+   [-2^63, 2^63 - 1] (`check_seeds`); a larger one used to fail with an OverflowError traceback,
+   `task.eval_seed` only after the warm start. No field of
    experiments/configs/default.py documents infinity or NaN as a setting ("off" is None, 0 or a
    value <= 0), so a NaN or infinite float is always a mistake; a NaN learning rate used to train
    a NaN policy to the end and export it.
@@ -15,11 +18,12 @@ config that cannot run fails in well under a second and leaves nothing on disk:
    from the model's sizes (the built-in model's config fields, or an HF checkpoint's config.json:
    no weights are read) and the batch's, against the machine's memory: the host's RAM on a CPU
    backend (all its devices share it), one device's `bytes_limit` on GPU/TPU (and the host's RAM
-   for the host arrays). A formula, not a compile. The estimate counts from below (see
-   `rlscale.train.memory`), so it refuses only runs that cannot fit; a run it passes may still
-   run out of memory. RLSCALE_SKIP_MEMORY_CHECK=1 in the environment skips it.
+   for the host arrays), the SFT warm start included. A formula, not a compile. The estimate
+   counts from below (see `rlscale.train.memory`), so it refuses only runs that cannot fit; a
+   run it passes may still run out of memory. RLSCALE_SKIP_MEMORY_CHECK=1 in the environment skips it.
 4. Hard bounds that no memory lifts (`check_bounds`): one step's [rows, prompt + response] token
-   array must stay within 2^31 - 1 elements, the largest int32 index.
+   array (the rollout's, the evaluation's and the SFT warm start's) must stay within 2^31 - 1
+   elements, the largest int32 index.
 """
 
 from __future__ import annotations
@@ -107,6 +111,46 @@ def check_finite(config) -> None:
     path, value = bad[0]
     allowed = FLOAT_RANGES.get(path, "a finite float (see experiments/configs/default.py)")
     raise ValueError(f"{path}={value} is not a finite number; allowed: {allowed}")
+
+
+# Seeds: what `jax.random.key` takes (a C long; negative seeds are accepted).
+SEED_MIN, SEED_MAX = -2 ** 63, 2 ** 63 - 1
+SEED_RANGE = "an int in [-2**63, 2**63 - 1]"
+
+
+def seed_fields(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+  """(dotted path, value) of every field named `seed` or ending in `_seed` of a ConfigDict or
+  dict, at any depth, in the tree's order (sections are walked, their values not)."""
+  found = []
+  for key, value in (tree.items() if hasattr(tree, "items") else ()):
+    path = f"{prefix}{key}"
+    if hasattr(value, "items"):
+      found.extend(seed_fields(value, f"{path}."))
+    elif isinstance(key, str) and (key == "seed" or key.endswith("_seed")):
+      found.append((path, value))
+  return found
+
+
+def check_seeds(config) -> None:
+  """Raises ValueError for the first seed field (`seed_fields`) that is not an int in
+  [-2^63, 2^63 - 1] (what `jax.random.key` takes; beyond it an OverflowError), naming the field,
+  the value and the range. None passes (an unset placeholder, e.g. sft.seed = `seed`)."""
+  for path, value in seed_fields(config):
+    if value is None:
+      continue
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+        or not SEED_MIN <= int(value) <= SEED_MAX):
+      raise ValueError(f"{path}={value!r} is not a valid seed; allowed: {SEED_RANGE} "
+                       "(what jax.random.key takes)")
+
+
+def check_critic_seed(config, checked: builders.CheckedConfig) -> None:
+  """A critic's head is initialised from `jax.random.key(seed + 1)`: with one, `seed` must be at
+  most 2^63 - 2."""
+  if update_lib.uses_critic(checked.rl) and config.seed == SEED_MAX:
+    raise ValueError(f"seed={config.seed} is not a valid seed with a critic (rl.advantage="
+                     f"{checked.rl.advantage!r} trains one, its head seeded by seed + 1); "
+                     "allowed: an int in [-2**63, 2**63 - 2]")
 
 
 # --- 3. Memory.
@@ -236,9 +280,15 @@ def estimate_memory(config, checked: builders.CheckedConfig, model: ModelConfig,
       (`memory.activation_bytes`: `update_microbatch_rows` rows at a width of S - Tr + 1, since
       the update trains on the batch's bucketed response width, which may be 1 token; logits
       of one position per row).
+  With a warm start (`sft_runs`), first the SFT phase, jitted on one device: state (N x 12, split
+  over mesh.fsdp x mesh.tensor on a mesh) + gradients (N x 4) + activations of the whole SFT
+  batch (`memory.activation_bytes`: sft.batch_size rows x (rollout.max_prompt_tokens +
+  rollout.max_new_tokens) tokens, since `builders.warm_start` pads every SFT prompt to the largest
+  bucket, rollout.max_prompt_tokens; logits of the rollout.max_new_tokens response positions of
+  each row, which the loss scores), this pool's share on a mesh.
   On a CPU backend the host arrays (`memory.host_rollout_bytes`) share the RAM and are added;
   beside an accelerator (d = 0) they form the host pool's only phases.
-  Not counted: the SFT warm start, XLA's temporaries, attention scores and MLP intermediates.
+  Not counted: XLA's temporaries, attention scores and MLP intermediates.
   """
   rl = checked.rl
   n_devices, param_split = _mesh_sizes(checked)
@@ -252,6 +302,13 @@ def estimate_memory(config, checked: builders.CheckedConfig, model: ModelConfig,
   sizes = (f"rl.prompts_per_step={rl.prompts_per_step} x rl.group_size={rl.group_size} responses "
            f"of rollout.max_new_tokens={tr} tokens")
   lower_rollout = "rl.prompts_per_step x rl.group_size or rollout.max_new_tokens"
+  lower_prompt = ""
+  if rl.dynamic_sampling:  # the sampler pads every prompt to rollout.max_prompt_tokens
+    sizes += (f" after prompts padded to rollout.max_prompt_tokens={tp} tokens (rl.dynamic_sampling "
+              "samples at the largest prompt bucket)")
+    lower_prompt = ", or rollout.max_prompt_tokens"
+    lower_rollout = "rl.prompts_per_step x rl.group_size, rollout.max_new_tokens or " \
+                    "rollout.max_prompt_tokens"
   host_rows = rows // jax.process_count()
 
   state: list[tuple[str, int]] = []
@@ -287,6 +344,8 @@ def estimate_memory(config, checked: builders.CheckedConfig, model: ModelConfig,
 
   on_cpu = platform == "cpu"
   phases = []
+  if sft_runs(config):
+    phases.append(sft_phase(config, checked, model, pool, platform=platform))
   if d:
     rollout_host = ([("host rollout arrays", memory.host_rollout_bytes(host_rows, tp, tr))]
                     if on_cpu else [])
@@ -302,7 +361,7 @@ def estimate_memory(config, checked: builders.CheckedConfig, model: ModelConfig,
           f"{e_rows // config.eval.pass_k} held-out prompts x eval.pass_k={config.eval.pass_k} "
           f"samples of rollout.max_new_tokens={tr} tokens",
           tuple(state + sampler_terms(e_rows, "the evaluation") + eval_host),
-          "task.eval_size, eval.pass_k or rollout.max_new_tokens"))
+          "task.eval_size, eval.pass_k or rollout.max_new_tokens" + lower_prompt))
     device_rows = max(rows // (checked.batch_parallelism * rl.minibatches), 1)
     mb_rows = update_microbatch_rows(rl, device_rows, tp + 1, platform,
                                      bool(config.train.get("measure_noise_scale", False)))
@@ -314,13 +373,68 @@ def estimate_memory(config, checked: builders.CheckedConfig, model: ModelConfig,
                                 f"logits {mb_rows:,} x {model.vocab_size:,} x 4 bytes",
                                 memory.activation_bytes(model, tokens, mb_rows) * d)]
               + rollout_host),
-        "rl.prompts_per_step x rl.group_size, or raise rl.microbatches or rl.minibatches; "
-        "a smaller model or mesh.fsdp for the parameters"))
+        "rl.prompts_per_step x rl.group_size" + lower_prompt + ", or raise rl.microbatches or "
+        "rl.minibatches; a smaller model or mesh.fsdp for the parameters"))
   else:
     phases.append(Phase("the rollout's host arrays", sizes,
                         (("host rollout arrays", memory.host_rollout_bytes(host_rows, tp, tr)),),
                         lower_rollout))
   return phases
+
+
+def sft_runs(config) -> bool:
+  """Whether the run trains a warm start (`builders.starting_point_label`: the built-in model with
+  sft.steps > 0; an HF checkpoint or sft.steps = 0 skip it)."""
+  return builders.starting_point_label(config) == "warm start"
+
+
+def sft_width(config) -> int:
+  """Tokens per row of an SFT batch: rollout.max_prompt_tokens (`builders.warm_start` pads every
+  prompt to the largest prompt bucket, which is rollout.max_prompt_tokens) + rollout.max_new_tokens
+  (responses are padded to it)."""
+  return config.rollout.max_prompt_tokens + config.rollout.max_new_tokens
+
+
+def sft_phase(config, checked: builders.CheckedConfig, model: ModelConfig, pool: Pool, *,
+              platform: str) -> Phase:
+  """The SFT warm start's arrays in `pool` (see `estimate_memory`): on the device side one jitted
+  copy of the state, gradients and the whole batch's activations; on a CPU backend (or in the
+  host pool beside an accelerator, d = 0) the batch's host arrays [B, Tp + Tr] x 2 and [B, Tr]."""
+  rows, tp, tr = config.sft.batch_size, config.rollout.max_prompt_tokens, \
+      config.rollout.max_new_tokens
+  width = tp + tr
+  n_devices, param_split = _mesh_sizes(checked)
+  d = pool.devices
+  sizes = (f"sft.batch_size={rows} rows of rollout.max_prompt_tokens={tp} + "
+           f"rollout.max_new_tokens={tr} tokens")
+  lower = ("sft.batch_size, rollout.max_prompt_tokens or rollout.max_new_tokens (sft.steps=0 "
+           "skips the warm start)")
+  host = ("SFT batch host arrays (tokens, input and response masks) "
+          f"{rows:,} x ({2 * width:,} + {tr:,}) x 4 bytes",
+          rows * (2 * width + tr) * memory.INT32_BYTES)
+  if not d:
+    return Phase("the SFT warm start's host arrays", sizes, (host,), lower)
+  params = model.num_params()
+  dtype = f"{memory.dtype_bytes(model.dtype)} bytes ({model.dtype})"
+  if checked.mesh is None:  # jitted on the default device: one copy, the whole batch
+    copies = share = lambda nbytes: nbytes  # noqa: E731
+    where = ""
+  else:  # the parameters split as the run's; the batch's share of this pool's devices
+    copies = lambda nbytes: -(-nbytes * d // param_split)  # noqa: E731
+    share = lambda nbytes: -(-nbytes * d // n_devices)  # noqa: E731
+    where = f" x {d}/{param_split} (mesh.fsdp x mesh.tensor)" if d != param_split else ""
+  tokens = rows * width
+  terms = [
+      (f"parameters and Adam moments {params:,} x 12 bytes{where}",
+       copies(memory.train_state_bytes(params))),
+      (f"gradients {params:,} x 4 bytes{where}", copies(params * memory.FLOAT32_BYTES)),
+      (f"activations of the SFT batch: {tokens:,} tokens ({rows:,} rows x {width:,}) x "
+       f"{model.num_layers} layers x {model.hidden_size} x {dtype} + logits {rows * tr:,} "
+       f"response positions x {model.vocab_size:,} x 4 bytes",
+       share(memory.activation_bytes(model, tokens, rows * tr)))]
+  if platform == "cpu":
+    terms.append(host)
+  return Phase("the SFT warm start", sizes, tuple(terms), lower)
 
 
 def memory_error(phase: Phase, pool: Pool) -> str:
@@ -341,8 +455,8 @@ def memory_error(phase: Phase, pool: Pool) -> str:
 def check_memory(config, checked: builders.CheckedConfig,
                  model: Optional[ModelConfig] = None,
                  pools: Optional[Sequence[Pool]] = None) -> None:
-  """Raises ValueError (`memory_error`) for the first phase of `estimate_memory` (rollout,
-  evaluation, update) that exceeds its memory (`memory_pools` of this process's devices).
+  """Raises ValueError (`memory_error`) for the first phase of `estimate_memory` (SFT warm start,
+  rollout, evaluation, update) that exceeds its memory (`memory_pools` of this process's devices).
 
   Args:
     config, checked: the config and what `builders.check_config` made of it.
@@ -363,19 +477,31 @@ def check_memory(config, checked: builders.CheckedConfig,
 # --- 4. Hard bounds.
 
 def check_bounds(config, checked: builders.CheckedConfig) -> None:
-  """Raises ValueError when one step's token array [rows, rollout.max_prompt_tokens +
-  rollout.max_new_tokens] (the rollout's P x G rows, or the evaluation's prompts x eval.pass_k)
-  holds more than 2^31 - 1 elements, past the largest int32 index, whatever the memory."""
-  width = config.rollout.max_prompt_tokens + config.rollout.max_new_tokens
+  """Raises ValueError when one token array [rows, prompt + response tokens] holds more than
+  2^31 - 1 elements, past the largest int32 index, whatever the memory: the SFT warm start's
+  (sft.batch_size rows x rollout.max_prompt_tokens + rollout.max_new_tokens, when it runs), the
+  rollout's (P x G rows) and the evaluation's (prompts x eval.pass_k rows), whose prompt width
+  is, from below, the smallest prompt bucket (the largest, rollout.max_prompt_tokens, with
+  rl.dynamic_sampling) + rollout.max_new_tokens."""
   rl = checked.rl
-  for rows, fields in ((rl.prompts_per_step * rl.group_size,
-                        "rl.prompts_per_step x rl.group_size"),
-                       (eval_rows(config), "held-out prompts x eval.pass_k")):
+  tr = config.rollout.max_new_tokens
+  tp = checked.prompt_buckets[-1] if rl.dynamic_sampling else checked.prompt_buckets[0]
+  arrays = []
+  if sft_runs(config):
+    arrays.append((config.sft.batch_size, "sft.batch_size", sft_width(config),
+                   "rollout.max_prompt_tokens + rollout.max_new_tokens"))
+  prompt = ("rollout.max_prompt_tokens"
+            if rl.dynamic_sampling or tp == config.rollout.max_prompt_tokens else "the smallest prompt bucket of rollout.max_prompt_tokens")
+  arrays += [(rl.prompts_per_step * rl.group_size, "rl.prompts_per_step x rl.group_size", tp + tr,
+              f"{prompt} + rollout.max_new_tokens"),
+             (eval_rows(config), "held-out prompts x eval.pass_k", tp + tr,
+              f"{prompt} + rollout.max_new_tokens")]
+  for rows, fields, width, widths in arrays:
     if rows * width > INT32_MAX:
       raise ValueError(
-          f"{fields} = {rows:,} rows x (rollout.max_prompt_tokens + rollout.max_new_tokens = "
-          f"{width:,}) tokens = {rows * width:,} elements in one array, more than 2^31 - 1 (int32 "
-          f"indices overflow); lower {fields} or rollout.max_new_tokens")
+          f"{fields} = {rows:,} rows x ({widths} = {width:,}) tokens = {rows * width:,} elements "
+          f"in one array, more than 2^31 - 1 (int32 indices overflow); lower {fields}, "
+          "rollout.max_prompt_tokens or rollout.max_new_tokens")
 
 
 def memory_check_skipped() -> bool:
@@ -384,7 +510,8 @@ def memory_check_skipped() -> bool:
 
 
 def check_config(config) -> builders.CheckedConfig:
-  """Every check run before a run starts, in order: finite floats (`check_finite`), the config's
+  """Every check run before a run starts, in order: finite floats (`check_finite`), seeds
+  (`check_seeds`, and `check_critic_seed` once the rl preset is known), the config's
   fields (`builders.check_config`), memory (`check_memory`, unless RLSCALE_SKIP_MEMORY_CHECK=1)
   and hard bounds (`check_bounds`). Reads at most an HF checkpoint's config.json; builds no model
   and compiles nothing. Call it after `builders.maybe_initialize_distributed` (it reads the
@@ -395,7 +522,9 @@ def check_config(config) -> builders.CheckedConfig:
     FileNotFoundError for a missing model.checkpoint_path or its config.json.
   """
   check_finite(config)
+  check_seeds(config)
   checked = builders.check_config(config)
+  check_critic_seed(config, checked)
   if not memory_check_skipped():
     check_memory(config, checked)
   check_bounds(config, checked)

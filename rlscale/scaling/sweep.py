@@ -275,17 +275,21 @@ def execute(runs: Sequence[Run], workdir: str, *, parallel: int = 1, sweep_spec:
   the holder, checked again just before each run starts."""
   os.makedirs(os.path.join(workdir, RUNS_DIR), exist_ok=True)
   record = SweepRecord(workdir, runs, meta or {}, shard)
-  todo = []
+  todo, finished, elsewhere = [], 0, 0
   for run in runs:
     if is_finished(workdir, run):
       record.entries[run.name]["status"] = "skipped"
+      finished += 1
     elif (holder := running_elsewhere(workdir, run)) is not None:
       _record_elsewhere(record, run, holder, log)
+      elsewhere += 1
     else:
       todo.append(run)
   record.write()
-  if len(todo) < len(runs):
-    log(f"sweep: {len(runs) - len(todo)} of {len(runs)} runs already finished; skipping them")
+  if finished:
+    log(f"sweep: {finished} of {len(runs)} runs already finished; skipping them")
+  if elsewhere:
+    log(f"sweep: {elsewhere} of {len(runs)} runs running elsewhere, not started here")
   if not todo:
     return record
   prepare_warm_starts(todo, workdir, log)

@@ -29,9 +29,9 @@ def _smoke(**fields):
   """experiments/configs/default.py:smoke with dotted-path fields set."""
   config = load_config_file(DEFAULT, "smoke")
   for path, value in fields.items():
-    section, name = path.rsplit(".", 1)
+    *sections, name = path.split(".")
     node = config
-    for key in section.split("."):
+    for key in sections:
       node = node[key]
     node[name] = value
   return config
@@ -133,6 +133,11 @@ SMOKE_LOGITS = 16 * 100 * 4
 SMOKE_SAMPLED = 16 * 8 * 12
 SMOKE_HOST = 16 * (2 * 24 + 3 * 8) * 4
 SMOKE_UPDATE = 272 * 2 * 128 * 4 + 16 * 100 * 4  # 284,928: layer inputs + one logit row each
+# The SFT warm start: sft.batch_size 64 rows padded to rollout.max_prompt_tokens 16 + 8 = 24
+# tokens (builders.warm_start pads to the largest bucket), jitted on one device.
+SMOKE_SFT_GRADS = SMOKE_PARAMS * 4
+SMOKE_SFT_ACTIVATIONS = 64 * 24 * 2 * 128 * 4 + 64 * 8 * 100 * 4  # layer inputs + response logits
+SMOKE_SFT_HOST = 64 * (2 * 24 + 8) * 4  # tokens, input_mask [64, 24] + response_mask [64, 8]
 
 
 def _phases(config, pool, platform="cpu"):
@@ -180,9 +185,33 @@ def test_estimate_beside_an_accelerator(one_device):  # pylint: disable=unused-a
   # No host arrays on the device; the update's microbatch is the whole batch (16 x 17 tokens).
   assert device["the rollout"].total == SMOKE_STATE + SMOKE_KV + SMOKE_LOGITS + SMOKE_SAMPLED
   assert device["the update step"].total == SMOKE_STATE + SMOKE_PARAMS * 4 + SMOKE_UPDATE
+  assert device["the SFT warm start"].total == (SMOKE_STATE + SMOKE_SFT_GRADS
+                                                + SMOKE_SFT_ACTIVATIONS)
   host = _phases(config, preflight.Pool("RAM", 2**40, devices=0), platform="gpu")
-  assert list(host) == ["the rollout's host arrays"]
+  assert list(host) == ["the SFT warm start's host arrays", "the rollout's host arrays"]
+  assert host["the SFT warm start's host arrays"].total == SMOKE_SFT_HOST
   assert host["the rollout's host arrays"].total == SMOKE_HOST
+
+
+def test_estimate_counts_the_sft_warm_start_by_hand(one_device):  # pylint: disable=unused-argument
+  pool = preflight.Pool("RAM", 2**40, devices=1)
+  phases = _phases(_smoke(), pool)
+  assert list(phases)[0] == "the SFT warm start"  # it runs first
+  # params + Adam 406,784 x 12, gradients x 4, 64 x 24 = 1,536 tokens x 2 layers x 128 x 4 bytes
+  # = 1,572,864 + logits 64 x 8 x 100 x 4 = 204,800, host arrays 64 x 56 x 4 = 14,336.
+  assert SMOKE_SFT_ACTIVATIONS == 1_777_664 and SMOKE_SFT_HOST == 14_336
+  sft = phases["the SFT warm start"]
+  assert sft.total == (SMOKE_STATE + SMOKE_SFT_GRADS + SMOKE_SFT_ACTIVATIONS
+                       + SMOKE_SFT_HOST) == 8_300_544
+  assert sft.sizes == ("sft.batch_size=64 rows of rollout.max_prompt_tokens=16 + "
+                       "rollout.max_new_tokens=8 tokens")
+  # The prompt width is rollout.max_prompt_tokens itself, not its smallest bucket.
+  wide = _phases(_smoke(**{"rollout.max_prompt_tokens": 100}), pool)["the SFT warm start"]
+  assert wide.total - sft.total == 64 * 84 * (2 * 128 * 4 + 2 * 4)  # + activations and host
+  # Scales with sft.batch_size; skipped without a warm start (sft.steps = 0).
+  big = _phases(_smoke(**{"sft.batch_size": 128}), pool)["the SFT warm start"]
+  assert big.total - sft.total == SMOKE_SFT_ACTIVATIONS + SMOKE_SFT_HOST
+  assert "the SFT warm start" not in _phases(_smoke(**{"sft.steps": 0}), pool)
 
 
 def test_hf_model_sizes_come_from_config_json_alone(tmp_path):
@@ -214,7 +243,14 @@ def test_memory_pools(monkeypatch):
 
 
 def test_check_memory_refuses_in_one_line_naming_the_fields(one_device):  # pylint: disable=unused-argument
-  config = _smoke()
+  # With the warm start, the SFT phase (7.92 MiB) comes first.
+  with pytest.raises(ValueError, match=r"^sft\.batch_size=64 rows of rollout\.max_prompt_tokens=16 "
+                     r"\+ rollout\.max_new_tokens=8 tokens need ~7\.92 MiB for the SFT warm "
+                     r"start, .* lower sft\.batch_size, rollout\.max_prompt_tokens or "
+                     r"rollout\.max_new_tokens \(sft\.steps=0 skips the warm start\)"):
+    preflight.check_memory(_smoke(), builders.check_config(_smoke()),
+                           pools=[preflight.Pool("a 5 MiB test pool", 5 * 2**20, devices=1)])
+  config = _smoke(**{"sft.steps": 0})
   checked = builders.check_config(config)
   pool = preflight.Pool("a 5 MiB test pool", 5 * 2**20, devices=1)  # the rollout needs 5.04 MiB
   with pytest.raises(ValueError) as info:
@@ -241,6 +277,48 @@ def test_hard_bound_on_int32_indices(monkeypatch):
   monkeypatch.delenv(preflight.SKIP_MEMORY_ENV)
   with pytest.raises(ValueError, match="need ~.* for the rollout"):  # the memory check comes first
     preflight.check_config(config)
+
+
+def test_hard_bound_on_the_sft_batch(monkeypatch):
+  # 2^27 SFT rows x 24 tokens = 3.2e9 elements > 2^31 - 1; nothing else is that wide.
+  monkeypatch.setenv(preflight.SKIP_MEMORY_ENV, "1")
+  with pytest.raises(ValueError, match=r"^sft\.batch_size = 134,217,728 rows x \(rollout\."
+                     r"max_prompt_tokens \+ rollout\.max_new_tokens = 24\) tokens = "
+                     r"3,221,225,472 elements .* lower sft\.batch_size, rollout\.max_prompt_tokens "
+                     r"or rollout\.max_new_tokens$"):
+    preflight.check_config(_smoke(**{"sft.batch_size": 2**27}))
+  preflight.check_config(_smoke(**{"sft.batch_size": 2**27, "sft.steps": 0}))  # no warm start
+
+
+@pytest.mark.parametrize("path", ["seed", "sft.seed", "task.eval_seed"])
+@pytest.mark.parametrize("value", [2**63, 10**20, -2**63 - 1])
+def test_seeds_outside_what_jax_random_key_takes_are_refused(path, value):
+  with pytest.raises(ValueError) as info:
+    preflight.check_config(_smoke(**{path: value}))
+  assert str(info.value) == (f"{path}={value!r} is not a valid seed; allowed: an int in "
+                             "[-2**63, 2**63 - 1] (what jax.random.key takes)")
+
+
+@pytest.mark.parametrize("path", ["seed", "sft.seed", "task.eval_seed"])
+@pytest.mark.parametrize("value", [0, 2**63 - 1, -1, -2**63])
+def test_seeds_jax_random_key_takes_pass(path, value):
+  jax.random.key(value)  # what the range is taken from
+  preflight.check_config(_smoke(**{path: value}))
+
+
+def test_seed_fields_walk_every_section():
+  config = ml_collections.ConfigDict({"seed": 1, "a": {"seed": None, "b": {"data_seed": 2}},
+                                      "seeds": 3, "seed_count": 4})
+  assert sorted(preflight.seed_fields(config)) == [("a.b.data_seed", 2), ("a.seed", None),
+                                                   ("seed", 1)]
+
+
+def test_a_critic_seeds_its_head_with_seed_plus_one():
+  ppo = load_config_file(os.path.join(CONFIGS, "ppo.py"), "smoke")
+  ppo.seed = 2**63 - 1
+  with pytest.raises(ValueError, match=r"^seed=9223372036854775807 is not a valid seed with a "
+                     r"critic .* allowed: an int in \[-2\*\*63, 2\*\*63 - 2\]$"):
+    preflight.check_config(ppo)
 
 
 @pytest.mark.parametrize("name", ["default", "ppo", "dapo", "moe"])
@@ -290,9 +368,19 @@ def _run_main(workdir, override):
                                 "allowed: a float > 0"),
     ("rl.group_size=100000000", "error: rl.prompts_per_step=4 x rl.group_size=100000000 "
                                 "responses of rollout.max_new_tokens=8 tokens need ~"),
-    ("rollout.max_new_tokens=100000000", "error: rl.prompts_per_step=4 x rl.group_size=4 "
-                                         "responses of rollout.max_new_tokens=100000000 tokens "
-                                         "need ~"),
+    # the warm start runs first, at the widest rows: it is refused first
+    ("rollout.max_new_tokens=100000000", "error: sft.batch_size=64 rows of "
+                                         "rollout.max_prompt_tokens=16 + "
+                                         "rollout.max_new_tokens=100000000 tokens need ~"),
+    ("sft.batch_size=100000000", "error: sft.batch_size=100000000 rows of "
+                                 "rollout.max_prompt_tokens=16 + rollout.max_new_tokens=8 tokens "
+                                 "need ~2.55 TiB for the SFT warm start"),
+    ("rollout.max_prompt_tokens=10000000", "error: sft.batch_size=64 rows of "
+                                           "rollout.max_prompt_tokens=10000000 + "
+                                           "rollout.max_new_tokens=8 tokens need ~615 GiB for "
+                                           "the SFT warm start"),
+    ("seed=9223372036854775808", "error: seed=9223372036854775808 is not a valid seed; allowed: "
+                                 "an int in [-2**63, 2**63 - 1]"),
 ])
 def test_refused_before_the_workdir_in_one_line(tmp_path, override, starts):
   workdir = tmp_path / "w"

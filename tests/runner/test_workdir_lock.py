@@ -76,6 +76,98 @@ def test_a_probe_does_not_refuse_a_starting_run(tmp_path, monkeypatch):
   assert sleeps == [0.01]  # refused once, taken on the second attempt
 
 
+def test_deleting_the_lock_file_by_hand_does_not_let_a_second_run_in(tmp_path):
+  """Run A holds; its .lock is deleted by hand: the directory lock still refuses run B, which
+  creates nothing and names the holder as well as it can."""
+  lock = workdir_lock.acquire(str(tmp_path))
+  assert lock.directory_locked
+  os.unlink(tmp_path / ".lock")
+  assert workdir_lock.holder(str(tmp_path)) == workdir_lock.UNKNOWN_HOLDER
+  with pytest.raises(workdir_lock.WorkdirInUse) as refused:
+    workdir_lock.acquire(str(tmp_path), attempts=2, wait_seconds=0.01)
+  assert str(refused.value) == (
+      f"workdir {tmp_path} is in use by another rlscale run (pid unknown: its .lock file was "
+      "removed); wait for it to finish or use another --workdir")
+  assert os.listdir(tmp_path) == []  # the refused run made no new .lock
+  lock.release()
+  assert workdir_lock.holder(str(tmp_path)) is None
+  with workdir_lock.acquire(str(tmp_path), attempts=1) as again:
+    assert again.info["pid"] == os.getpid()
+
+
+def test_the_file_lock_alone_decides_where_a_directory_cannot_be_locked(tmp_path, monkeypatch):
+  """A file system that refuses flock on a directory (EINVAL, as some network file systems do):
+  the lock falls back to the file, which still refuses a second run."""
+  import errno  # pylint: disable=import-outside-toplevel
+  import fcntl  # pylint: disable=import-outside-toplevel
+  import stat  # pylint: disable=import-outside-toplevel
+  real_flock = fcntl.flock
+
+  def flock(fd, op):
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+      raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+    return real_flock(fd, op)
+
+  monkeypatch.setattr(workdir_lock.fcntl, "flock", flock)
+  with workdir_lock.acquire(str(tmp_path)) as lock:
+    assert not lock.directory_locked
+    assert workdir_lock.holder(str(tmp_path)).startswith(f"pid {os.getpid()} on host ")
+    with pytest.raises(workdir_lock.WorkdirInUse, match=f"pid {os.getpid()} on host"):
+      workdir_lock.acquire(str(tmp_path), attempts=1)
+  assert os.listdir(tmp_path) == [] and workdir_lock.holder(str(tmp_path)) is None
+
+
+def _read_only_lock_file(monkeypatch, number=30):
+  """os.open of a `.lock` fails as on a read-only file system (errno 30, EROFS)."""
+  real_open = os.open
+
+  def fake_open(path, flags, *args):
+    if os.path.basename(path) == ".lock" and flags & os.O_CREAT:
+      raise OSError(number, os.strerror(number), path)
+    return real_open(path, flags, *args)
+
+  monkeypatch.setattr(workdir_lock.os, "open", fake_open)
+
+
+def test_a_read_only_workdir_is_refused_in_one_clear_line(tmp_path, monkeypatch):
+  from rlscale import cli  # pylint: disable=import-outside-toplevel
+  _read_only_lock_file(monkeypatch)
+  with pytest.raises(workdir_lock.WorkdirReadOnly) as refused:
+    workdir_lock.acquire(str(tmp_path))
+  assert str(refused.value) == (f"workdir {tmp_path} is read-only: cannot take its lock or write "
+                                "results (Read-only file system)")
+  with pytest.raises(SystemExit) as exited:
+    cli.run_cli(lambda: workdir_lock.acquire(str(tmp_path)), argv=["x"])
+  assert exited.value.code == cli.EXIT_USER_ERROR == 2
+  monkeypatch.undo()
+  with workdir_lock.acquire(str(tmp_path), attempts=1):  # the directory lock was let go
+    pass
+
+
+def test_an_unfinished_read_only_workdir_is_refused_before_building_anything(tmp_path,
+                                                                              monkeypatch):
+  from rlscale.runner import builders  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(builders, "build_run", lambda *a, **k: pytest.fail("built a model"))
+  _read_only_lock_file(monkeypatch)
+  (tmp_path / "run").mkdir()
+  with pytest.raises(workdir_lock.WorkdirReadOnly, match="is read-only: cannot take its lock"):
+    train_and_evaluate(tiny_config(), str(tmp_path / "run"))
+  assert _tree(tmp_path) == ["run"]
+
+
+def test_a_finished_run_shows_its_results_without_taking_the_lock(tmp_path, monkeypatch, capsys):
+  """Asking again for a finished run in a read-only workdir: `run already complete` and its
+  summary, as in a writable one; the lock (which needs a write) is not taken."""
+  from rlscale.runner import loop  # pylint: disable=import-outside-toplevel
+  summary = {"steps": 4, "final_accuracy": 0.5}
+  monkeypatch.setattr(loop, "completed_summary", lambda config, workdir: summary)
+  monkeypatch.setattr(workdir_lock, "held", lambda *a: pytest.fail("took the lock"))
+  workdir = str(tmp_path / "run")
+  assert train_and_evaluate(tiny_config(), workdir) == summary
+  assert capsys.readouterr().out == (
+      f"run already complete (4 steps); results: {os.path.join(workdir, 'summary.json')}\n")
+
+
 _HOLD = ("import sys, time\n"
          "from rlscale.runner import workdir_lock\n"
          "lock = workdir_lock.acquire(sys.argv[1])\n"

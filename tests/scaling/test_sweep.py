@@ -299,6 +299,9 @@ def test_a_run_held_elsewhere_is_not_started_nor_failed(tmp_path, monkeypatch, p
   assert (entry["status"], entry["holder"]) == ("running elsewhere", holder)
   assert record.failed() == 0 and record.count(sweep.RUNNING_ELSEWHERE) == 1
   assert f"sweep: {runs[0].name} is running elsewhere ({holder}); not started here" in logged
+  # Counted apart from finished runs, which it is not.
+  assert "sweep: 1 of 2 runs running elsewhere, not started here" in logged
+  assert not any("already finished" in line for line in logged)
   with open(record.path) as f:
     assert json.load(f)["runs"][0]["status"] == "running elsewhere"
 
