@@ -23,6 +23,16 @@ inherited disposition (`rlscale.runner.interrupts`).
 import os
 import signal
 
+# Before the heavy imports (absl, then JAX with the run): a signal from the very start is recorded
+# and acted on at the next phase boundary, not raised inside an import (rlscale.runner.interrupts).
+from rlscale.runner import interrupts  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":
+  interrupts.install_early()
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+import sys
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -30,6 +40,7 @@ from ml_collections import config_flags
 
 from rlscale import cli
 from rlscale.runner.config_files import FIELDS_HINT
+# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path to an ml_collections config file (optionally `path:arg`); override a "
@@ -46,16 +57,19 @@ def _main(argv):
                          "--workdir=<dir> and --config.<field>=<value>")
   # orbax logs every checkpoint step at INFO; keep the terminal for progress and results.
   logging.set_verbosity(logging.WARNING)
-  # pylint: disable=g-import-not-at-top
-  from rlscale.runner import interrupts
-  from rlscale.runner.loop import train_and_evaluate
-  # pylint: enable=g-import-not-at-top
+  from rlscale.runner.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
   workdir = _WORKDIR.value
   # Honoured from here on, whatever the inherited disposition (a background job ignores SIGINT);
-  # the RL loop's own StopFlag takes over while it runs.
+  # the RL loop's own StopFlag takes over while it runs. A request recorded earlier (during the
+  # imports, by install_early) is acted on now: the imports are the first phase boundary.
   with interrupts.StopFlag(message=interrupts.early_acknowledgement, interrupt=True) as stop:
     try:
+      interrupts.raise_if_requested()
       summary = train_and_evaluate(_CONFIG.value, workdir)
+      # The exit status is decided: a signal from here to the process's end exits with it.
+      _flush()
+      interrupts.exit_on_signal(
+          interrupts.EXIT_INTERRUPTED if summary.get("interrupted") else 0)
     except KeyboardInterrupt:
       raise SystemExit(_stopped_early(workdir, stop.signum)) from None
     except Exception as exc:  # pylint: disable=broad-exception-caught
@@ -85,7 +99,6 @@ def _stopped_early(workdir: str, signum: int | None) -> int:
   """Prints what a signal before the RL loop left and returns the exit status: 75 when the
   workdir holds a checkpoint (a resumed run stopped during its setup: rerunning resumes), else
   128 + signum (130 for Ctrl-C: nothing to resume)."""
-  from rlscale.runner import interrupts  # pylint: disable=g-import-not-at-top
   step, directory = _last_checkpoint(workdir)
   if step is not None:
     print(f"interrupted before the RL loop; the last checkpoint is step {step} in {directory}; "
@@ -95,9 +108,40 @@ def _stopped_early(workdir: str, signum: int | None) -> int:
   return 128 + int(signum or signal.SIGINT)
 
 
+def _flush() -> None:
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+
+
 def run():
   """Console-script entry point (`rlscale --config=... --workdir=...`)."""
-  cli.run_cli(lambda: app.run(_main, flags_parser=cli.parse_config_flags))
+  interrupts.install_early()  # a no-op the second time (`python -m` installed it at import)
+  try:
+    cli.run_cli(lambda: app.run(_main, flags_parser=cli.parse_config_flags))
+  except KeyboardInterrupt:
+    # Raised outside a phase that reports it (e.g. a signal while flags were parsed): one line.
+    print("interrupted before the first RL checkpoint; rerun the command to start again")
+    status = 128 + int(interrupts.pending() or signal.SIGINT)
+    _flush()
+    interrupts.exit_on_signal(status)
+    raise SystemExit(status) from None
+  except SystemExit as exc:
+    # The status is decided; a signal during the interpreter's shutdown (atexit callbacks such as
+    # JAX's backend clean-up) exits with it, without "Exception ignored in atexit callback".
+    _flush()
+    interrupts.exit_on_signal(_status_of(exc))
+    raise
+  _flush()
+  interrupts.exit_on_signal(0)
+
+
+def _status_of(exc: SystemExit) -> int:
+  if exc.code is None:
+    return 0
+  return exc.code if isinstance(exc.code, int) else 1
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import optax
 
 from rlscale import outputs
 from rlscale.model import ModelConfig, forward
+from rlscale.runner.interrupts import raise_if_requested
 from rlscale.train.state import init_optimizer_state
 
 
@@ -126,6 +127,7 @@ def supervised_warm_start(
   start = time.perf_counter()
   loss = None
   for step in range(steps):
+    raise_if_requested()  # a stop request the handler's KeyboardInterrupt may not have carried
     params, opt_state, loss = train_step(params, opt_state, make_batch(step))
     if step % max(1, steps // 5) == 0 or step == steps - 1:
       log(f"warm start: SFT step {step + 1}/{steps} loss {float(loss):.4f}")

@@ -117,3 +117,29 @@ def test_sigint_inherited_as_ignored_mid_rl_checkpoints_and_exits_75(tmp_path):
   assert match, output
   assert int(match[1]) < 400
   assert os.listdir(workdir / "checkpoints") == [match[1]]
+
+
+@pytest.mark.parametrize("text, delay_s", [
+    ("model: built-in", 0.0),  # the first line: model build, JAX just started
+    ("model: built-in", 0.3),  # inside the model build / first compilations
+])
+def test_an_early_sigint_is_never_lost(tmp_path, text, delay_s):
+  """Issue 39 (a tester's finding): a SIGINT in the first seconds used to be raised inside JAX's
+  garbage-collection callback, which drops it, and the run went on to finish with status 0. The
+  request is sticky now: whenever it lands before the first checkpoint, the run stops (130),
+  without a traceback, and leaves no workdir."""
+  workdir = tmp_path / "run"
+  proc = _start_run(workdir, ignore_sigint=False)
+  fd = proc.stdout.fileno()
+  try:
+    _read_until(fd, text, hang_timeout(30))
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=hang_timeout(30))[0].decode(errors="replace")
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 130, output
+  assert "Traceback" not in output and "Exception ignored" not in output, output
+  assert "done: held-out greedy accuracy" not in output
+  assert not workdir.exists()
