@@ -15,8 +15,8 @@ How each generator is handled:
     simple_integration, intermediate_integration: a formula in the task's variable, C, E, pi
       and sympy's elementary functions (`+ - * / **`, decimals); no `Integral`.
     polynomial_multiplication: a formula in the task's variables.
-  rlscale's own scorer, the answer read by `ast.literal_eval` on bounded text (their scorers
-    call `eval` on the answer to read a Python list):
+  rlscale's own scorer, the answer read by `safe_literal.parse_literal` (never Python's
+    parser) on bounded text (their scorers call `eval` on the answer to read a Python list):
     spiral_matrix, binary_matrix, n_queens, string_insertion.
   Refused at config time: composite (it forwards each item to another generator's scorer;
     name that generator instead).

@@ -2,7 +2,7 @@
 
 Each scorer keeps its generator's rule and reward values but reads the answer without `eval`:
 arithmetic and formulas through the allow-list parser `rlscale.tasks.safe_expr`, Python list
-literals through `ast.literal_eval` (literals only, never calls or names) on bounded text.
+literals through `rlscale.tasks.safe_literal` (numbers, strings, lists, tuples; bounded).
 Where a generator's rule could be gamed, rlscale's rule is the intended one (noted per scorer).
 
 Every scorer has the signature `(answer: str, entry: dict) -> float`, where `entry` is the
@@ -14,14 +14,12 @@ for text it refuses to read).
 
 from __future__ import annotations
 
-import ast
 import fractions
 from typing import Any, Callable, Mapping
 
 from rlscale.tasks import safe_expr
+from rlscale.tasks import safe_literal
 
-MAX_LITERAL_CHARS = 10_000
-MAX_LITERAL_DEPTH = 4
 
 _ARITHMETIC = safe_expr.Grammar(operators=frozenset({"+", "-", "*", "/"}))
 # sympy's names for the functions of reasoning-gym's integrands (sin, exp, sqrt, asin, atan, log)
@@ -126,25 +124,16 @@ def polynomial_multiplication(answer: str, entry: Mapping[str, Any]) -> float:
 
 
 def _literal(text: str) -> Any:
-  """A Python literal (numbers, strings, lists, tuples, ...) read by `ast.literal_eval`, which
-  builds constants only and never calls or looks up names; bounded in length and in bracket
-  nesting so the parse itself stays small.
+  """A list literal (numbers, strings, lists, tuples) read by `safe_literal.parse_literal`, which
+  never hands the text to Python's parser.
 
   Raises:
     ExprError: too long, nested too deep, or not a literal.
   """
-  if len(text) > MAX_LITERAL_CHARS:
-    raise safe_expr.ExprError(f"answer too long ({len(text)} > {MAX_LITERAL_CHARS} chars)")
-  depth = 0
-  for c in text:
-    depth += c in "([{"
-    if depth > MAX_LITERAL_DEPTH:
-      raise safe_expr.ExprError(f"literal nested deeper than {MAX_LITERAL_DEPTH}")
-    depth -= c in ")]}"
   try:
-    return ast.literal_eval(text)
-  except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
-    raise safe_expr.ExprError(f"not a Python literal ({type(e).__name__})") from None
+    return safe_literal.parse_literal(text)
+  except safe_literal.LiteralError as e:
+    raise safe_expr.ExprError(f"not a Python literal ({e})") from None
 
 
 def _literal_or_none(text: str) -> Any:
