@@ -258,17 +258,12 @@ def to_fraction(node: tuple) -> fractions.Fraction:
 
 
 def _sympy_pow(base: Any, exponent: Any) -> Any:
-  """`base ** exponent` with sympy, refusing exponents that would build huge numbers."""
-  import sympy  # pylint: disable=g-import-not-at-top (sympy only where a sympy tree is wanted)
-  if exponent.is_number:
-    value = exponent.evalf(15)
-    if not value.is_real or not value.is_finite:
-      raise ExprError("exponent is not a finite real number")
-    if abs(value) > MAX_EXPONENT:
-      raise ExprError(f"exponent beyond +-{MAX_EXPONENT}")
-    if isinstance(base, sympy.Rational) and isinstance(exponent, sympy.Integer):
-      _check_power_size(max(int(base.p).bit_length(), int(base.q).bit_length()), int(exponent))
-  return base ** exponent
+  """`base ** exponent` with sympy under the verifier's size bounds (`math_parser.checked_pow`)."""
+  from rlscale.tasks import math_parser  # pylint: disable=g-import-not-at-top (imports sympy)
+  try:
+    return math_parser.checked_pow(base, exponent)
+  except math_parser.ParseError as e:
+    raise ExprError(str(e)) from None
 
 
 def to_sympy(node: tuple, names: Mapping[str, Any]) -> Any:
