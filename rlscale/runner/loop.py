@@ -148,6 +148,8 @@ def _finished_run(config, workdir: str, writer: bool) -> dict[str, Any] | None:
 def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
                         checked: builders.CheckedConfig) -> dict[str, Any]:
   hosts = hosts_lib.current()
+  # Again under the lock (the writer asked before taking it): a run that finished and released
+  # the lock in between is answered, not redone; the other processes ask here only.
   finished = _finished_run(config, workdir, hosts.writer)
   if finished is not None:
     return finished
