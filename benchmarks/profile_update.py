@@ -36,8 +36,12 @@ from experiments.configs.default import get_config
 from rlscale import outputs
 from rlscale.model.config import ModelConfig
 from rlscale.model.transformer import init_params
+from rlscale.parallel.data import global_batch
+from rlscale.parallel.mesh import make_mesh, mesh_config
+from rlscale.parallel.shardings import put_on_mesh
 from rlscale.rl.presets import resolve_rl_config
 from rlscale.train import update as update_lib
+from rlscale.train.update_fn import make_update_fn
 from rlscale.train.compile_options import CPU_UPDATE_OPTIONS
 from rlscale.train.optimizer import make_optimizer
 from rlscale.train.state import create_train_state
@@ -117,13 +121,13 @@ def main(argv=None) -> dict:
                          else max(1, args.tokens // args.microbatch_tokens))
   rl = resolve_rl_config(rl_cfg)
   optimizer = make_optimizer(get_config().optim, **update_lib.optimizer_args(rl, rl_steps=1000))
-  state = update_lib.replicate(create_train_state(init_params(model_config, jax.random.key(0)),
-                                                  optimizer))
-  batch = update_lib.shard_batch(
-      make_batch(batch_size, model_config.vocab_size, prompt_len=prompt_len,
-                 response_len=response_len), jax.local_device_count())
   options = {} if args.no_ynn else CPU_UPDATE_OPTIONS
-  update = update_lib.make_update_fn(model_config, rl, optimizer, cpu_compiler_options=options)
+  mesh = make_mesh(mesh_config())
+  update = make_update_fn(model_config, rl, optimizer, mesh, cpu_compiler_options=options)
+  state = put_on_mesh(jax.device_get(create_train_state(
+      init_params(model_config, jax.random.key(0)), optimizer)), update.state_shardings)
+  batch = global_batch(make_batch(batch_size, model_config.vocab_size, prompt_len=prompt_len,
+                                  response_len=response_len), mesh)
   state, metrics = update(state, batch, jax.random.key(0))
   jax.block_until_ready(metrics)
   load = load_average()

@@ -11,9 +11,9 @@ samples, exactly 64 new tokens (EOS disabled), temperature 1, beta = 0 (no refer
 gradient clipping at norm 1 as both default to), float32, no gradient checkpointing.
 
   rlscale: the runner's own step (`rlscale.runner.rl_step.rl_step` on the Run that
-    `builders.build_run` makes from the W2 config, its sampler's EOS disabled: pmapped Sampler
-    with the shared prefill, the verifier through `score_batch`, GRPO advantages, the pmapped update step
-    with its per-executable CPU compiler options), at rollout.host_threads 1 (the runner's
+    `builders.build_run` makes from the W2 config, its sampler's EOS disabled: the jitted Sampler
+    with the shared prefill, the verifier through `score_batch`, GRPO advantages, the jitted
+    update step with its per-executable CPU compiler options, all on the mesh {data: 1}), at rollout.host_threads 1 (the runner's
     default) and at the CPU count (row chunks decoded concurrently, what the config recommends for
     long responses on a CPU); the better is rlscale's figure, as for TRL's thread counts.
   TRL: `GRPOTrainer` (loss_type "grpo", the same seq-mean-token-mean as rlscale's GRPO preset)
@@ -76,7 +76,9 @@ from rlscale.sampler import SamplingConfig, Sampler
 from rlscale.tasks import base
 from rlscale.tasks.rewards import score_batch
 from rlscale.tokenizers import CharTokenizer
+from rlscale.train import passes
 from rlscale.train import update as update_lib
+from rlscale.train import update_fn as update_fn_lib
 from rlscale.train.optimizer import make_optimizer
 from rlscale.train.state import create_train_state
 
@@ -150,26 +152,28 @@ class RlscaleStep:
     rl = run.rl_config
     self.optimizer = make_optimizer(rlscale_config(directory, args).optim,
                                     **update_lib.optimizer_args(rl, run.total_steps))
-    self.params = update_lib.unreplicate(run.state.params)
-    sampler = Sampler(model_config, max_new_tokens=args.new_tokens,
-                      sampling=SamplingConfig(temperature=1.0), eos_ids=(),
-                      pad_id=run.tokenizer.pad_id, prompt_buckets=run.prompt_buckets,
-                      host_threads=host_threads)
+    layout = run.layout
+    self.params = layout.host_params(run.state.params)
+    sampler = Sampler(model_config, args.new_tokens, SamplingConfig(temperature=1.0), (),
+                      run.tokenizer.pad_id, layout.mesh, prompt_buckets=run.prompt_buckets,
+                      param_shardings=layout.state_shardings.params, host_threads=host_threads)
     self.run = dataclasses.replace(
         run, model_config=model_config, sampler=sampler,
-        update_fn=update_lib.make_update_fn(model_config, rl, self.optimizer))
-    self.logp_fn = update_lib.make_logp_fn(model_config, 1.0)
+        update_fn=update_fn_lib.make_update_fn(model_config, rl, self.optimizer, layout.mesh,
+                                               state_shardings=layout.state_shardings))
+    self.logp_fn = passes.make_logp_fn(model_config, 1.0, layout.mesh,
+                                       layout.state_shardings.params)
     rows = args.prompts * args.group
     width = PROMPT_BUCKET + args.new_tokens
     tokens = np.random.default_rng(0).integers(0, model_config.vocab_size, (rows, width), np.int32)
-    self.forward_batch = update_lib.shard_batch(
+    self.forward_batch = layout.place_batch(
         {"tokens": tokens, "input_mask": np.ones_like(tokens),
-         "response_mask": np.ones((rows, args.new_tokens), np.int32)}, run.num_devices)
+         "response_mask": np.ones((rows, args.new_tokens), np.int32)})
     self.counters = {"samples": 0, "prompts": 0}
 
   def step(self, index: int) -> dict:
     """One timed step; returns seconds, splits and the load average before it."""
-    state = update_lib.replicate(create_train_state(self.params, self.optimizer))
+    state = self.run.layout.place_state(create_train_state(self.params, self.optimizer))
     self.counters["prompts"] = index * self.run.rl_config.prompts_per_step  # new prompts each step
     clock = RunClock()
     load = load_average()

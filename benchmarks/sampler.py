@@ -33,14 +33,15 @@ Writes DIR/sampler.json with
     hold; machine (CPU, versions, XLA_FLAGS, load average before and after: other processes on
     the machine lower every number here).
 
-rlscale_cache is `rlscale.sampler.Sampler` (the runner's path: bucketing, pmap, host transfer) with
-host_threads = the CPU count (row chunks decoded concurrently), rlscale_cache_one_thread the same
-with host_threads=1. rlscale_cache_grouped_g8 is not W1 but its GRPO-shaped variant: B / 8 distinct
-prompts x 8 samples each (batches >= 8), drawn with `samples_per_prompt=8`, which prefills each
-prompt once; its tokens/s shows what sharing the prefill saves at the same batch.
-rlscale_nocache reruns the full causal forward over all Tp + Tr slots at every step inside one
-jitted `lax.fori_loop`: the cost a sampler without a KV cache pays. transformers is
-`model.generate(use_cache=True, do_sample=True, top_k=0)` with `torch.set_num_threads(2)`.
+rlscale_cache is `rlscale.sampler.Sampler` (the runner's path: bucketing, jit over the mesh of the
+process's devices, host transfer) with host_threads = the CPU count (row chunks decoded
+concurrently), rlscale_cache_one_thread the same with host_threads=1. rlscale_cache_grouped_g8 is
+not W1 but its GRPO-shaped variant: B / 8 distinct prompts x 8 samples each (batches >= 8), drawn
+with `samples_per_prompt=8`, which prefills each prompt once; its tokens/s shows what sharing the
+prefill saves at the same batch. rlscale_nocache reruns the full causal forward over all Tp + Tr
+slots at every step inside one jitted `lax.fori_loop`: the cost a sampler without a KV cache pays.
+transformers is `model.generate(use_cache=True, do_sample=True, top_k=0)` with
+`torch.set_num_threads(2)`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Variants (each a Run that differs from the runner's in one thing):
   full_prompt  the prompt's all-padding leading columns kept (the sampler's prompt bucket), as
                the runner did before it trimmed them (`update_batch.train_widths` patched).
   full_last_layer  the last layer computed at every position, then the response positions
-               sliced, as the update step did before `forward(outputs=...)` (`update.forward`
+               sliced, as the update step did before `forward(outputs=...)` (`objective.forward`
                patched while the variant's step is traced).
   before       full_prompt and full_last_layer together: the training phase as it was before
                these two changes.
@@ -68,7 +68,9 @@ from rlscale.runner import builders, rl_step, rollouts, update_batch
 from rlscale.runner.batching import train_widths
 from rlscale.runner.config_files import load_config_file
 from rlscale.runner.timing import RunClock
+from rlscale.train import objective
 from rlscale.train import update as update_lib
+from rlscale.train import update_fn as update_fn_lib
 from rlscale.train.optimizer import make_optimizer
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -81,27 +83,33 @@ def _optimizer(config, run):
                         **update_lib.optimizer_args(run.rl_config, run.total_steps))
 
 
+def _update_fn(run, model_config, rl_config, optimizer, **kwargs):
+  """The update step jitted over the run's mesh, with the run's state shardings."""
+  return update_fn_lib.make_update_fn(model_config, rl_config, optimizer, run.layout.mesh,
+                                      state_shardings=run.layout.state_shardings, **kwargs)
+
+
 def variant_run(name: str, config, run):
   """The Run of variant `name` (see the module docstring) built from the runner's `run`."""
   if name in ("baseline", "step_only"):
     return run
   if name == "no_ynn":
-    return dataclasses.replace(run, update_fn=update_lib.make_update_fn(
-        run.model_config, run.rl_config, _optimizer(config, run), cpu_compiler_options={}))
+    return dataclasses.replace(run, update_fn=_update_fn(
+        run, run.model_config, run.rl_config, _optimizer(config, run), cpu_compiler_options={}))
   if name == "remat":
     model_config = run.model_config.replace(remat=True)
-    return dataclasses.replace(run, model_config=model_config, update_fn=update_lib.make_update_fn(
-        model_config, run.rl_config, _optimizer(config, run)))
+    return dataclasses.replace(run, model_config=model_config, update_fn=_update_fn(
+        run, model_config, run.rl_config, _optimizer(config, run)))
   if name in ("full_last_layer", "before"):
-    return dataclasses.replace(run, update_fn=update_lib.make_update_fn(
-        run.model_config, run.rl_config, _optimizer(config, run)))
+    return dataclasses.replace(run, update_fn=_update_fn(
+        run, run.model_config, run.rl_config, _optimizer(config, run)))
   if name == "full_prompt":
     return run
   if name.startswith("microbatches_"):
     rl_config = ml_collections.ConfigDict(run.rl_config.to_dict())
     rl_config.microbatches = int(name.split("_")[1])
-    return dataclasses.replace(run, rl_config=rl_config, update_fn=update_lib.make_update_fn(
-        run.model_config, rl_config, _optimizer(config, run)))
+    return dataclasses.replace(run, rl_config=rl_config, update_fn=_update_fn(
+        run, run.model_config, rl_config, _optimizer(config, run)))
   raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -119,11 +127,12 @@ def _full_last_layer_forward(params, config, tokens, input_mask, *, head=True, o
   return out._replace(logits=cut(out.logits), values=cut(out.values), hidden=cut(out.hidden))
 
 
-_FORWARD = update_lib.forward
-# Module attributes a variant replaces while it runs (the update step reads `update.forward` when
-# it is traced, on the variant's first call per shape; the runner reads `update_batch.train_widths`).
+_FORWARD = objective.forward
+# Module attributes a variant replaces while it runs (the update step's objective reads
+# `objective.forward` when it is traced, on the variant's first call per shape; the runner reads
+# `update_batch.train_widths`).
 PATCHES = {"full_prompt": [(update_batch, "train_widths", _full_prompt_widths)],
-           "full_last_layer": [(update_lib, "forward", _full_last_layer_forward)]}
+           "full_last_layer": [(objective, "forward", _full_last_layer_forward)]}
 PATCHES["before"] = PATCHES["full_prompt"] + PATCHES["full_last_layer"]
 
 
@@ -146,7 +155,8 @@ def _copy_state(state):
 
 
 class StepOnly:
-  """The update step alone: the batch `update_batch.make_update_batch` makes, put on the device once."""
+  """The update step alone: the batch `update_batch.make_update_batch` makes (global arrays on
+  the run's mesh), made once per rollout batch."""
 
   def __init__(self, run):
     self.run = run
@@ -155,11 +165,10 @@ class StepOnly:
   def __call__(self, state, index, generated, key):
     if index not in self.batches:
       batch, _ = update_batch.make_update_batch(self.run, state, generated)
-      self.batches[index] = jax.device_put(batch.arrays())
-    state, metrics = self.run.update_fn(state, self.batches[index],
-                                        update_lib.replicate_key(key, self.run.num_devices))
+      self.batches[index] = batch.arrays()
+    state, metrics = self.run.update_fn(state, self.batches[index], key)
     jax.block_until_ready(metrics)
-    return {f"train/{k}": v[0] for k, v in metrics.items()}, state
+    return {f"train/{k}": v for k, v in metrics.items()}, state
 
 
 def numerical_check(runs: dict, base_state, generated, key) -> dict:

@@ -21,9 +21,9 @@ Each compile of the 28-layer step takes 1-4 minutes on a 2-core CPU; --quick com
 
 `--state_table` writes DIR/state_memory.json and prints a Markdown table instead: the memory each
 device holds for the training state of the Qwen3 sizes (`state_memory`), from the parameter
-count alone. The runner is data-parallel (`jax.pmap`), so every device holds all of it.
+count alone, for a data-parallel mesh ({data: N}), where every device holds all of it.
 
---sharded: the jitted global-view step of `rlscale.parallel.update` for Qwen3-8B on {fsdp: 8} and
+--sharded: the update step jitted over a mesh (`rlscale.train.update_fn`) for Qwen3-8B on {fsdp: 8} and
 Qwen3-32B on {fsdp: 8, tensor: 4}, each compiled (AOT, nothing allocated) in a subprocess with
 that many host devices forced (--xla_force_host_platform_device_count): one microbatch of
 8 x 4,096 tokens (2,048 response), remat, bfloat16 compute, float32 parameters and Adam moments.
@@ -201,10 +201,10 @@ def sharded_entry(name: str, layers: int = 0, prompt_len: int = 2048,
 def _compile_sharded(name: str, layers: int, prompt_len: int, response_len: int) -> dict:
   """One AOT compile of `sharded_entry`: its entry."""
   from rlscale.parallel import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from rlscale.parallel import update as parallel_update  # pylint: disable=g-import-not-at-top
-  from rlscale.parallel.shardings import abstract_train_state  # pylint: disable=g-import-not-at-top
   from rlscale.train.compile_options import compile_lowered  # pylint: disable=g-import-not-at-top
   from rlscale.train.memory import StepMemory, abstract_batch  # pylint: disable=g-import-not-at-top
+  from rlscale.train.state import abstract_train_state  # pylint: disable=g-import-not-at-top
+  from rlscale.train.update_fn import make_update_fn  # pylint: disable=g-import-not-at-top
   label, fields, mesh_cfg, rows = SHARDED_MODELS[name]
   model = ModelConfig(**{**fields, "num_layers": layers or fields["num_layers"]},
                       rope_theta=1_000_000.0, tie_embeddings=False, qk_norm=True,
@@ -215,10 +215,9 @@ def _compile_sharded(name: str, layers: int, prompt_len: int, response_len: int)
   optimizer = make_optimizer(config.optim, batch_size=rows, total_steps=100)
   mesh = mesh_lib.make_mesh(mesh_cfg)
   start = time.perf_counter()
-  fn = parallel_update.make_sharded_update_fn(model, rl, optimizer, mesh)
+  fn = make_update_fn(model, rl, optimizer, mesh)
   state = abstract_train_state(model, optimizer)
-  batch = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype)
-           for k, v in abstract_batch(rl, rows, prompt_len, response_len).items()}
+  batch = abstract_batch(rl, rows, prompt_len, response_len, mesh)
   rng = jax.eval_shape(lambda: jax.random.key(0))
   jitted = fn.jitted(batch)
   stats = compile_lowered(jitted.lower(state, batch, rng), CPU_UPDATE_OPTIONS).memory_analysis()

@@ -19,7 +19,9 @@ Each step's MFU uses the peak measured next to it (the higher of the two around 
 gives the median over steps: on a shared 2-core machine the speed available to this process can
 change twofold within seconds, and pairing cancels such drifts.
 
-The update step is `make_update_fn`'s, which on CPU compiles its executable alone with YNNPACK dot
+The update step is `rlscale.train.update_fn.make_update_fn`'s, jitted over the mesh of every device
+(`parallel.mesh.make_mesh(mesh_config())`: {data: 1} on this CPU), which on CPU compiles its
+executable alone with YNNPACK dot
 fusions (`rlscale.train.compile_options.CPU_UPDATE_OPTIONS`, as the runner does); `--no_ynn` compiles
 it with XLA's defaults, `--process_wide_ynn` sets `--xla_cpu_experimental_ynn_fusion_type=dot` in
 XLA_FLAGS for the whole process instead (the old way, which slows the sampler). The peak is the
@@ -58,8 +60,12 @@ from experiments.configs.default import get_config  # noqa: E402
 from rlscale import outputs  # noqa: E402
 from rlscale.model.config import ModelConfig  # noqa: E402
 from rlscale.model.transformer import init_params  # noqa: E402
+from rlscale.parallel.data import global_batch  # noqa: E402
+from rlscale.parallel.mesh import make_mesh, mesh_config  # noqa: E402
+from rlscale.parallel.shardings import put_on_mesh  # noqa: E402
 from rlscale.rl.presets import resolve_rl_config  # noqa: E402
 from rlscale.train import update as update_lib  # noqa: E402
+from rlscale.train.update_fn import make_update_fn  # noqa: E402
 from rlscale.train.compile_options import CPU_UPDATE_OPTIONS, compile_lowered  # noqa: E402
 from rlscale.train.optimizer import make_optimizer  # noqa: E402
 from rlscale.train.state import create_train_state  # noqa: E402
@@ -101,7 +107,7 @@ def make_batch(batch_size: int, vocab: int, seed: int = 0, prompt_len: int = PRO
 
 def time_update(model_config: ModelConfig, tokens_per_step: int, *, microbatch_tokens: int,
                 repeats: int, compiles: list, ynn: bool = True) -> dict:
-  """Compiles the pmapped update step for one batch size, then times `repeats` steps, each between
+  """Compiles the update step (jitted over the mesh of every device) for one batch size, then times `repeats` steps, each between
   two matmul-peak measurements. Returns per-step wall and CPU seconds, the peak around each step
   (the higher of the two, wall and CPU), and the compilations seen after the warm-up call."""
   seq_len = PROMPT_LEN + RESPONSE_LEN
@@ -112,11 +118,11 @@ def time_update(model_config: ModelConfig, tokens_per_step: int, *, microbatch_t
   rl = resolve_rl_config(rl_cfg)
   optimizer = make_optimizer(get_config().optim, **update_lib.optimizer_args(rl, rl_steps=1000))
   params = init_params(model_config, jax.random.key(0))
-  state = update_lib.replicate(create_train_state(params, optimizer))
-  num_devices = jax.local_device_count()
-  batch = update_lib.shard_batch(make_batch(batch_size, model_config.vocab_size), num_devices)
-  update = update_lib.make_update_fn(model_config, rl, optimizer,
-                                     cpu_compiler_options=CPU_UPDATE_OPTIONS if ynn else {})
+  mesh = make_mesh(mesh_config())
+  update = make_update_fn(model_config, rl, optimizer, mesh,
+                          cpu_compiler_options=CPU_UPDATE_OPTIONS if ynn else {})
+  state = put_on_mesh(jax.device_get(create_train_state(params, optimizer)), update.state_shardings)
+  batch = global_batch(make_batch(batch_size, model_config.vocab_size), mesh)
   state, metrics = update(state, batch, jax.random.key(0))
   jax.block_until_ready(metrics)
   seen = len(compiles)

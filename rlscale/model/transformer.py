@@ -17,6 +17,8 @@ import numpy as np
 
 from rlscale.model.config import ModelConfig, RopeScaling, resolve_impl
 from rlscale.model.moe import MoEMLP, MoEStats
+from rlscale.parallel import rules as rules_lib
+from rlscale.parallel.shardings import tree_shardings
 
 
 # Logical axis names of every parameter, by a regex over its path ("layers_0/self_attn/q_proj/
@@ -49,6 +51,17 @@ PARAM_LOGICAL_AXES: tuple[tuple[str, tuple], ...] = (
 )
 
 
+def param_shardings(tree, mesh, *, rules=rules_lib.DEFAULT_RULES):
+  """NamedShardings over `mesh` for every leaf of `tree` (params, or a TrainState whose optimizer
+  moments follow their parameters' paths; arrays or ShapeDtypeStructs) by PARAM_LOGICAL_AXES and
+  the logical axis `rules` (`parallel.shardings.tree_shardings`); leaves no entry names are
+  replicated.
+
+  Raises: ValueError from `parallel.rules.tree_specs` (a rule of the wrong rank, an unknown mesh
+  axis)."""
+  return tree_shardings(tree, mesh, table=PARAM_LOGICAL_AXES, rules=rules)
+
+
 # Logical names of the hidden states between layers, [B, T, hidden] (MaxText's activation_batch,
 # ...): without them XLA's partitioner may resolve a batch-sharded input against FSDP-sharded
 # weights by gathering the batch instead of the weights.
@@ -58,7 +71,7 @@ ACTIVATION_AXES = ("activation_batch", "activation_length", "activation_embed")
 def constrain_activations(x: jax.Array) -> jax.Array:
   """x [B, T, hidden] constrained to the sharding of ACTIVATION_AXES under the logical axis rules
   in effect (`nn.logical_axis_rules`); the identity outside a mesh context, as flax's
-  `with_logical_constraint` is, so the pmap paths compile as before."""
+  `with_logical_constraint` is, so code run outside a mesh compiles as before."""
   return nn.with_logical_constraint(x, ACTIVATION_AXES)
 
 

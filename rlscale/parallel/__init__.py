@@ -1,11 +1,11 @@
-"""One device layer: a `jax.sharding.Mesh` from the config, logical axis rules, shardings of the
-train state, host batches as global arrays, and the update step and forward passes jitted over
-the mesh.
+"""The device layout, the bottom layer of rlscale: a `jax.sharding.Mesh` from the config (one
+device is the mesh {data: 1}), logical axis rules, shardings of parameter trees, host batches as
+global arrays.
 
-Modules: `mesh` (the mesh from `config.mesh`), `rules` (logical axis names -> mesh axes, the regex
-table over parameter paths), `shardings` (NamedShardings of a state tree, the FSDP sufficiency
-check), `data` (host rows -> global arrays), `update` (the pure update step under `jax.jit`),
-`forward` (the reference / behaviour log-prob and value passes under `jax.jit`). The runner uses
-them, with `rlscale.sampler.mesh_sampler`, when config.mesh asks for fsdp or tensor parallelism
-(`rlscale.runner.layout`); data-only meshes keep the pmap path of `rlscale.train.update`.
+Modules: `mesh` (the mesh from `config.mesh`, the batch axes), `rules` (logical axis names ->
+mesh axes, the regex table over parameter paths), `shardings` (NamedShardings of a tree, the FSDP
+sufficiency check, placing a tree on the mesh), `data` (host rows -> global arrays, one process or
+several). The steps jitted over a mesh live above: the update step and the forward passes in
+`rlscale.train` (`update_fn`, `passes`), the sampler in `rlscale.sampler`. Nothing here imports
+from train/, sampler/ or runner/.
 """

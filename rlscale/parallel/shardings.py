@@ -3,70 +3,35 @@ shapes, and the check that FSDP actually shards (MaxText's `assert_params_suffic
 
 The shardings depend only on the tree's paths and shapes: the tree of `jax.eval_shape(init)`
 gives the same shardings as any params tree of that structure (a checkpoint, an HF-loaded one),
-so they are computed once (`state_shardings`) and applied with `put_on_mesh`.
+so they are computed once (`tree_shardings`; a TrainState's: `rlscale.train.state.state_shardings`)
+and applied with `put_on_mesh`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Sequence
 
 import jax
-import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from rlscale.model.config import ModelConfig
-from rlscale.model.transformer import PARAM_LOGICAL_AXES, init_params
 from rlscale.parallel import rules as rules_lib
-from rlscale.train.state import create_train_state, critic_params_from_policy
 
 # Refuse an FSDP mesh leaving more than this fraction of the tree's bytes replicated along
 # `fsdp` (MaxText's sharding_tolerance default is 2%: norms and biases are that small).
 REPLICATED_TOLERANCE = 0.02
 
 
-def tree_shardings(abstract_tree, mesh, *, table: Sequence[tuple[str, tuple]] = PARAM_LOGICAL_AXES,
+def tree_shardings(abstract_tree, mesh, *, table: Sequence[tuple[str, tuple]],
                    rules=rules_lib.DEFAULT_RULES):
   """NamedShardings for every leaf of `abstract_tree` (arrays or ShapeDtypeStructs: params, a
-  TrainState, an optimizer state) by `rules.tree_specs`.
+  TrainState, an optimizer state) by `rules.tree_specs` with the regex `table` of logical axis
+  names by path (the model's: `model.transformer.param_shardings`).
 
   Raises: ValueError from `rules.tree_specs` (a rule of the wrong rank, an unknown mesh axis)."""
   specs = rules_lib.tree_specs(abstract_tree, mesh, table, rules)
   return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                       is_leaf=lambda x: isinstance(x, PartitionSpec))
-
-
-def abstract_train_state(model_config: ModelConfig, optimizer: optax.GradientTransformation, *,
-                         critic: bool = False,
-                         critic_optimizer: Optional[optax.GradientTransformation] = None):
-  """`jax.eval_shape` of a fresh TrainState (params of `init_params`, the optimizer state, the
-  PPO critic when `critic`): ShapeDtypeStruct leaves, nothing allocated."""
-
-  def init():
-    params = init_params(model_config, jax.random.key(0))
-    critic_params = critic_params_from_policy(params, model_config, jax.random.key(1)) if critic else None
-    return create_train_state(params, optimizer, critic_params=critic_params,
-                              critic_optimizer=(critic_optimizer or optimizer) if critic else None)
-
-  return jax.eval_shape(init)
-
-
-def state_shardings(model_config: ModelConfig, optimizer: optax.GradientTransformation, mesh, *,
-                    critic: bool = False,
-                    critic_optimizer: Optional[optax.GradientTransformation] = None,
-                    rules=rules_lib.DEFAULT_RULES, check: bool = True,
-                    tolerance: float = REPLICATED_TOLERANCE):
-  """(abstract TrainState, its NamedShardings) over `mesh`: derived once from
-  `abstract_train_state`; with `check`, refused by `check_sufficiently_sharded` when the mesh has
-  fsdp > 1 and leaves too much replicated.
-
-  Raises: ValueError from `tree_shardings` or `check_sufficiently_sharded`."""
-  abstract = abstract_train_state(model_config, optimizer, critic=critic,
-                                  critic_optimizer=critic_optimizer)
-  shardings = tree_shardings(abstract, mesh, rules=rules)
-  if check:
-    check_sufficiently_sharded(abstract, shardings, mesh, tolerance=tolerance)
-  return abstract, shardings
 
 
 def replicated_fraction(abstract_tree, shardings, axis: str = "fsdp") -> tuple[float, list]:

@@ -123,9 +123,10 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
   positive prompts_per_step, group_size, epochs, minibatches, microbatches (or None: chosen per
   batch shape by `rlscale.train.update.microbatch_count`); group_size >= 2 for
   group-relative estimators and dynamic sampling; batch_size == prompts_per_step * group_size and
-  divisible by num_devices * minibatches * microbatches; ranges of clip eps, dual_clip_c, kl_coef,
-  entropy_coef, gamma, lam, value_clip_eps, vf_coef, temperature, overlong_buffer_frac;
-  mask_truncated is a bool; old_logp is one of OLD_LOGP_SOURCES.
+  divisible by num_devices (the parts of the mesh's batch axes, data x fsdp) * minibatches *
+  microbatches; ranges of clip eps, dual_clip_c, kl_coef, entropy_coef, gamma, lam,
+  value_clip_eps, vf_coef, temperature, overlong_buffer_frac; mask_truncated is a bool; old_logp is
+  one of OLD_LOGP_SOURCES.
   """
   _require(rl_cfg.get("algorithm") in PRESETS,
            f"rl.algorithm={rl_cfg.get('algorithm')!r} is not one of {sorted(PRESETS)}")
@@ -156,7 +157,7 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
   _require(isinstance(num_devices, int) and num_devices >= 1,
            f"num_devices must be an int >= 1, got {num_devices!r}")
   split = num_devices * rl_cfg.minibatches * (rl_cfg.get("microbatches") or 1)
-  # Unset microbatches are chosen among the divisors of each device's rows, so they count as 1.
+  # Unset microbatches are chosen among the divisors of the minibatch's rows, so they count as 1.
   microbatches = (f"rl.microbatches ({rl_cfg.microbatches})" if rl_cfg.get("microbatches")
                   else "rl.microbatches (unset: chosen to divide the rows, 1 here)")
   _require(batch_size % split == 0,

@@ -19,9 +19,9 @@ import numpy as np
 from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
 from rlscale.model.config import MOE_FIELDS
-from rlscale.parallel import forward as parallel_forward
 from rlscale.parallel import mesh as mesh_lib
-from rlscale.parallel import update as parallel_update
+from rlscale.parallel.data import batch_sharding
+from rlscale.parallel.rules import rules_for_mesh
 from rlscale.rl.advantages import compute_batch_advantages
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.runner import hosts as hosts_lib
@@ -30,12 +30,13 @@ from rlscale.runner import plots
 from rlscale.runner import sft
 from rlscale.runner.batching import encode_prompts, encode_responses
 from rlscale.runner.evaluate import Evaluator, eval_sampling
-from rlscale.sampler.mesh_sampler import MeshSampler
 from rlscale.sampler.sampler import Sampler
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import make_task
 from rlscale.tasks import verifier as verifier_lib
+from rlscale.train import passes
 from rlscale.train import update as update_lib
+from rlscale.train import update_fn as update_fn_lib
 from rlscale.train.optimizer import make_optimizer, scaled_learning_rate
 from rlscale.train.state import create_train_state, critic_params_from_policy
 
@@ -90,10 +91,10 @@ class Run:
   task: Any
   sampler: Sampler
   evaluator: Evaluator
-  state: Any  # TrainState in `layout`: replicated (pmap) or sharded over the mesh
+  state: Any  # TrainState: global arrays placed by `layout` (the state's shardings)
   update_fn: Callable
-  ref_params: Any  # replicated frozen reference policy (KL), or None
-  # pmapped (params, batch) -> response log-probs at rl.temperature: ref_logp from ref_params, and
+  ref_params: Any  # the frozen reference policy (KL) on the mesh, or None
+  # (params, batch) -> response log-probs at rl.temperature: ref_logp from ref_params, and
   # old_logp from the current params when rl.old_logp == "recompute"; None when neither is needed.
   logp_fn: Callable | None
   value_fn: Callable | None
@@ -111,8 +112,7 @@ class Run:
   title: str = ""  # what the run is (plots.run_title): algorithm, P x G = B, lr and its rule
   starting_point: str = "warm start"  # starting_point_label: what RL starts from, for logs
   smoke: bool = False  # config.smoke: a smoke variant, which checks the pipeline, not learning
-  # Where the arrays live (`layout.PmapLayout` or `layout.MeshLayout`); None reads as the pmap
-  # layout over num_devices (`layout.layout_of`).
+  # Where the arrays live: the mesh and the state's shardings (`layout.MeshLayout`).
   layout: Any = None
   # model.moe_routing_replay: the trainer replays the sampler's experts (`routing_replay`).
   routing_replay: bool = False
@@ -406,73 +406,48 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
 
 
 def mesh_from_config(config):
-  """The Mesh of config.mesh when it asks for more than data parallelism (`layout.uses_mesh`),
-  else None (the pmap path; also for configs without a mesh section).
+  """The Mesh of config.mesh over every device of every process; a config without a mesh
+  section gets data parallelism over all of them (`mesh.mesh_config()`).
 
-  Raises: ValueError (one line naming the field) for bad mesh sizes (`mesh.mesh_shape`), or for
-  settings the mesh path does not support: several processes, rollout.host_threads > 1."""
+  Raises: ValueError (one line naming the field) for bad mesh sizes (`mesh.mesh_shape`)."""
   mesh_cfg = config.get("mesh")
-  if not layout_lib.uses_mesh(mesh_cfg):
-    return None
-  mesh = mesh_lib.make_mesh(mesh_cfg)
-  if jax.process_count() > 1:
-    raise ValueError(f"mesh.fsdp={mesh_cfg.fsdp}, mesh.tensor={mesh_cfg.tensor}: the runner's mesh "
-                     "path runs in one process for now; set mesh.fsdp=1 and mesh.tensor=1 with "
-                     "several processes")
-  if config.rollout.host_threads != 1:
-    raise ValueError(f"rollout.host_threads={config.rollout.host_threads} splits the pmapped "
-                     "sampler's batch; with mesh.fsdp or mesh.tensor > 1 it must be 1")
-  return mesh
+  return mesh_lib.make_mesh(mesh_lib.mesh_config() if mesh_cfg is None else mesh_cfg)
 
 
-def _pmap_parts(config, rl, model_config, optimizer, critic_optimizer, host_state, *, sampling,
-                buckets, tokenizer, measure_noise_scale) -> dict:
-  """The pmap path's sampler, replicated state, update step and forward passes (`build_run`)."""
-  logp_fn = None
-  if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
-    logp_fn = update_lib.make_logp_fn(model_config, rl.temperature, microbatches=rl.microbatches)
-  return {
-      "sampler": Sampler(model_config, max_new_tokens=config.rollout.max_new_tokens,
-                         sampling=sampling, eos_ids=tuple(tokenizer.eos_ids),
-                         pad_id=tokenizer.pad_id, prompt_buckets=buckets,
-                         host_threads=config.rollout.host_threads),
-      "state": update_lib.replicate(host_state),
-      # rl is check_config's, resolved and validated: the factory checks nothing again.
-      "update_fn": update_lib.make_update_fn_from_checked(model_config, rl, optimizer,
-                                                          critic_optimizer=critic_optimizer,
-                                                          measure_noise_scale=measure_noise_scale),
-      "logp_fn": logp_fn,
-      "value_fn": (update_lib.make_value_fn(model_config, microbatches=rl.microbatches)
-                   if update_lib.uses_critic(rl) else None),
-      "layout": layout_lib.PmapLayout(jax.local_device_count()),
-  }
-
-
-def _mesh_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, host_state, *,
+def build_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, host_state, *,
                 sampling, buckets, tokenizer, measure_noise_scale) -> dict:
-  """The mesh path's parts (`build_run`): the sharded update step (whose state shardings, from
-  the abstract state, place everything else), the state on the mesh, the mesh sampler and the
-  sharded forward passes."""
-  update_fn = parallel_update.make_sharded_update_fn_from_checked(  # rl is check_config's
+  """The run's device parts on `mesh` (`build_run`): the update step (whose state shardings,
+  from the abstract state, place everything else), the state on the mesh, the sampler and the
+  forward passes the config needs (reference / recomputed behaviour log-probs, PPO's values)."""
+  update_fn = update_fn_lib.make_update_fn_from_checked(  # rl is check_config's
       model_config, rl, optimizer, mesh, critic_optimizer=critic_optimizer,
       measure_noise_scale=measure_noise_scale)
   shardings = update_fn.state_shardings
   logp_fn = None
   if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
-    logp_fn = parallel_forward.make_sharded_logp_fn(model_config, rl.temperature, mesh,
-                                                    shardings.params, microbatches=rl.microbatches)
+    logp_fn = passes.make_logp_fn(model_config, rl.temperature, mesh, shardings.params,
+                                  microbatches=rl.microbatches)
   value_fn = None
   if update_lib.uses_critic(rl):
-    value_fn = parallel_forward.make_sharded_value_fn(model_config, mesh, shardings.critic_params,
-                                                      microbatches=rl.microbatches)
+    value_fn = passes.make_value_fn(model_config, mesh, shardings.critic_params,
+                                    microbatches=rl.microbatches)
   layout = layout_lib.MeshLayout(mesh, shardings)
   return {
-      "sampler": MeshSampler(model_config, config.rollout.max_new_tokens, sampling,
-                             tuple(tokenizer.eos_ids), tokenizer.pad_id, mesh,
-                             prompt_buckets=buckets, param_shardings=shardings.params),
+      "sampler": Sampler(model_config, config.rollout.max_new_tokens, sampling,
+                         tuple(tokenizer.eos_ids), tokenizer.pad_id, mesh,
+                         prompt_buckets=buckets, param_shardings=shardings.params,
+                         rules=rules_for_mesh(mesh), host_threads=config.rollout.host_threads),
       "state": layout.place_state(host_state),
       "update_fn": update_fn, "logp_fn": logp_fn, "value_fn": value_fn, "layout": layout,
   }
+
+
+def advantage_function(rl, mesh) -> Callable:
+  """`compute_batch_advantages` for the resolved `rl`, jitted on global arrays of `mesh`: its
+  outputs ([B] or [B, Tr]) come back with their rows over the mesh's batch axes, as the update
+  step takes its batch."""
+  rows = batch_sharding(mesh, 1)  # dimension 0 split, any further dimension replicated
+  return jax.jit(functools.partial(compute_batch_advantages, rl), out_shardings=rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -481,9 +456,9 @@ class CheckedConfig:
 
   Attributes:
     rl: the resolved `rl` section (presets filled, `default_old_logp` applied).
-    mesh: the Mesh of config.mesh, or None for the pmap path (`mesh_from_config`).
-    batch_parallelism: how many parts the update batch is split into: every process's devices
-      on the pmap path, data x fsdp on a mesh.
+    mesh: the Mesh of config.mesh (`mesh_from_config`).
+    batch_parallelism: how many parts a batch's rows are split into (the mesh's batch axes,
+      `mesh.batch_parallelism`).
     total_steps: RL steps of the run (`resolve_total_steps`).
     optimizer_args: `make_optimizer` keywords (`update.optimizer_args`).
     optimizer: the policy's optimizer; critic_optimizer: a PPO critic's (None without a critic).
@@ -518,8 +493,8 @@ def check_config(config) -> CheckedConfig:
   model.checkpoint_path."""
   rl = resolve_rl_config(config.rl)
   mesh = mesh_from_config(config)
-  # The update's per-device batch is B / (all processes' devices), on a mesh B / (data x fsdp).
-  parallelism = jax.device_count() if mesh is None else mesh_lib.batch_parallelism(mesh)
+  # A batch's rows are split over the mesh's batch axes (data x fsdp [x expert]).
+  parallelism = mesh_lib.batch_parallelism(mesh)
   validate_rl_config(rl, num_devices=parallelism)
   hosts_lib.check_rl_config(rl, hosts_lib.current())
   check_model_source(config)
@@ -549,9 +524,8 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print,
   (a direct call: a notebook, a test) it calls `check_config(config)` first, once. No config
   check runs twice: the model and update-step builders are handed the checked results.
 
-  The pmap path by default; a mesh (`layout.MeshLayout`: the sharded update step, the mesh
-  sampler, the sharded forward passes) when config.mesh asks for fsdp or tensor parallelism
-  (`layout.uses_mesh`)."""
+  Every part lives on the mesh of config.mesh (`mesh_from_config`; `layout.MeshLayout`): the
+  update step, the sampler, the forward passes, the state and the reference (`build_parts`)."""
   maybe_initialize_distributed(config.get("distributed", "auto"))
   num_devices = jax.local_device_count()
   # Everything that can be checked without the model is checked before the (slow) warm start.
@@ -585,17 +559,17 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print,
   host_state = create_train_state(params, optimizer, critic_params=critic_params,
                                   critic_optimizer=critic_optimizer)
   measure_noise_scale = config.train.get("measure_noise_scale", False)
-  build = _pmap_parts if mesh is None else functools.partial(_mesh_parts, mesh)
-  parts = build(config, rl, model_config, optimizer, critic_optimizer, host_state, sampling=sampling,
-                buckets=buckets, tokenizer=tokenizer, measure_noise_scale=measure_noise_scale)
+  parts = build_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, host_state,
+                      sampling=sampling, buckets=buckets, tokenizer=tokenizer,
+                      measure_noise_scale=measure_noise_scale)
   sampler, state, update_fn, layout = parts["sampler"], parts["state"], parts["update_fn"], parts["layout"]
   logp_fn, value_fn = parts["logp_fn"], parts["value_fn"]
-  warning = measure_noise_scale and update_lib.noise_scale_split_warning(rl, jax.device_count())
+  warning = measure_noise_scale and update_lib.noise_scale_split_warning(rl)
   if warning:
     log(warning)
   ref_params = None
   if update_lib.uses_ref_logp(rl):
-    ref_params = update_lib.replicate(params) if mesh is None else layout.copy_of(params)
+    ref_params = layout.copy_of(params)
   if model_config.dtype == "bfloat16" and rl.old_logp == "sampler":
     log("note: bfloat16 compute with rl.old_logp='sampler': the sampler's and the trainer's "
         "log-probs differ by rounding (watch train/sampler_trainer_k3); "
@@ -603,7 +577,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print,
   evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
                         examples=eval_examples, prompt_buckets=buckets,
                         num_devices=layout.num_devices, pass_k=config.eval.pass_k,
-                        sampling=sampled_eval, params_replicated=layout.params_replicated)
+                        sampling=sampled_eval)
   warm_start_seconds = time.perf_counter() - t0
   title = plots.run_title(
       algorithm=config.rl.algorithm, prompts_per_step=rl.prompts_per_step,
@@ -613,8 +587,8 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print,
       reference_batch=config.optim.reference_batch, schedule=config.optim.schedule)
   processes = jax.process_count()
   where = f" on each of {processes} processes" if processes > 1 else ""
-  if mesh is not None:
-    where += f", mesh {dict(mesh.shape)} (data, fsdp, tensor)"
+  if mesh.size > 1:
+    where += f", mesh {dict(mesh.shape)}"
   log(f"setup: {num_devices} device(s){where}, {title}; {total_steps} steps; model load and warm start "
       f"{warm_start_seconds:.1f} s (not in the RL wall time)")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
@@ -622,7 +596,7 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print,
              ref_params=ref_params, logp_fn=logp_fn, value_fn=value_fn,
              prompt_buckets=buckets, num_devices=num_devices,
              warm_start_seconds=warm_start_seconds, total_steps=total_steps,
-             advantage_fn=jax.jit(functools.partial(compute_batch_advantages, rl)),
+             advantage_fn=advantage_function(rl, mesh),
              export_dtype=export_dtype, log=log,
              title=title, smoke=bool(config.get("smoke", False)),
              starting_point=starting_point_label(config), layout=layout,

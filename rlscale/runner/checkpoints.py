@@ -1,15 +1,13 @@
 """Atomic, topology-free checkpoints with orbax.
 
-On a mesh (`layout.MeshLayout`) the state's global arrays are saved as they are, sharded: orbax
+The state's global arrays on the mesh (`layout.MeshLayout`) are saved as they are, sharded: orbax
 writes each shard (no gather to one host), and restoring into ShapeDtypeStructs that carry
 another mesh's shardings reads each device's part straight into place, so a run saved on
-{data: 4} resumes on {fsdp: 2, tensor: 2} (or on the pmap path, restoring into host arrays).
-
-On the pmap path we save host numpy arrays (the first replica of a pmapped TrainState, `jax.device_get`), never the
-device arrays: a pmapped array carries the saving topology and would not restore on another device
-count. Restored trees are numpy; the runner replicates them for pmap, so a run saved on N devices
-resumes on M. Orbax writes each step into a temporary directory and renames it when complete, so a
-crash mid-write leaves the previous checkpoint as the latest good one.
+{data: 4} resumes on {fsdp: 2, tensor: 2}. Arrays on one device are saved as host numpy; the
+replicated device-axis layout of rlscale before the mesh (up to commit 48e92f9) saved host arrays
+too, and they restore the same way (tests/runner/test_old_checkpoints.py). Orbax writes each step
+into a temporary directory and renames it when complete, so a crash mid-write leaves the previous
+checkpoint as the latest good one.
 
 Several processes (orbax's multi-process convention): every process constructs the Checkpointer
 on the same directory (a file system all of them see) and calls `save` and `restore` at the same
@@ -205,7 +203,9 @@ class Checkpointer:
                               f"(have {sorted(self._manager.all_steps())})")
     restored = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(_restore_target(target)), meta=ocp.args.JsonRestore()))
-    state = jax.tree.map(lambda x: x if _spans_devices(x) else np.asarray(x), restored["state"])
+    # Placed where the target's shardings asked; a host target's leaves as numpy.
+    state = jax.tree.map(lambda x: x if isinstance(x, jax.Array) else np.asarray(x),
+                         restored["state"])
     return state, dict(restored["meta"])
 
   def close(self) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rlscale.runner import hosts as hosts_lib
 from rlscale.runner.batching import decode_responses, encode_prompts
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks.rewards import score_batch
@@ -62,11 +63,6 @@ def evaluation_key(eval_seed: int):
   return jax.random.fold_in(jax.random.key(eval_seed), 0x5EED)
 
 
-# The metrics an Evaluator returns.
-METRIC_NAMES = ("eval/greedy_accuracy", "eval/mean_reward", "eval/sampled_accuracy",
-                "eval/pass_at_k")
-
-
 def pad_to_multiple(arrays: Sequence[np.ndarray], multiple: int) -> tuple[list[np.ndarray], int]:
   """Pads the batch axis by repeating the last row so its size divides `multiple`.
 
@@ -85,12 +81,11 @@ class Evaluator:
   Attributes:
     task: the task source (format_prompt, score).
     tokenizer: encodes prompts and decodes responses.
-    sampler: `rlscale.sampler.Sampler` (pmapped over local devices) or
-      `rlscale.sampler.mesh_sampler.MeshSampler`.
+    sampler: `rlscale.sampler.sampler.Sampler` (on the run's mesh).
     examples: held-out examples (never in the training stream).
     prompt_buckets: allowed left-padded prompt lengths (tokens).
-    num_devices: local device count, or the mesh's data x fsdp (batches are padded to a
-      multiple of it).
+    num_devices: how many parts the mesh splits a batch's rows into (its batch axes; batches are
+      padded to a multiple of it).
     pass_k: samples per prompt for the sampled metrics and pass@k.
     sampling: the SamplingConfig of the sampled metrics (`eval_sampling`: the rollout's unless
       eval.sampling overrides it); greedy accuracy always decodes at temperature 0.
@@ -103,28 +98,39 @@ class Evaluator:
   num_devices: int
   pass_k: int
   sampling: SamplingConfig
-  # True: the sampler receives the pmap layout's replicated params; False: a MeshSampler's
-  # global arrays (`layout.MeshLayout`).
-  params_replicated: bool = True
 
   def _score(self, params, tokens, mask, rng, sampling, samples_per_prompt: int):
     """[P * samples_per_prompt] shaped rewards (float32) and verdicts (bool), row
-    p * samples_per_prompt + g for example p."""
+    p * samples_per_prompt + g for example p.
+
+    The prompts are padded (repeating the last) to a multiple of `num_devices`; with several
+    processes each samples and scores its contiguous share (`hosts.own_rows`), and the rows of
+    all are gathered in process order: the one-process rows, as the sampler's noise follows a
+    row's place in the global batch."""
+    hosts = hosts_lib.current()
     (tokens, mask), num_prompts = pad_to_multiple([tokens, mask], self.num_devices)
-    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling, params_replicated=self.params_replicated,
+    examples = list(self.examples) + [self.examples[-1]] * (len(tokens) - num_prompts)
+    tokens, mask = hosts_lib.own_rows((tokens, mask), hosts)
+    examples = hosts_lib.own_rows(np.arange(len(examples)), hosts)
+    rollout = self.sampler(params, tokens, mask, rng, sampling=sampling,
                            samples_per_prompt=samples_per_prompt)
-    n = num_prompts * samples_per_prompt
     t_r = rollout.response_mask.shape[1]
-    texts = decode_responses(self.tokenizer, rollout.tokens[:n, -t_r:], rollout.response_mask[:n])
-    examples = [e for e in self.examples for _ in range(samples_per_prompt)]
-    rewards, correct, _ = score_batch(self.task, texts, examples,
-                                      response_lengths=rollout.lengths[:n])
-    return rewards, correct
+    texts = decode_responses(self.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
+    rows = [self._example(int(i)) for i in examples for _ in range(samples_per_prompt)]
+    rewards, correct, _ = score_batch(self.task, texts, rows, response_lengths=rollout.lengths)
+    rewards, correct = hosts_lib.gather_rows(
+        (np.asarray(rewards, np.float32), np.asarray(correct, bool)), hosts)
+    n = num_prompts * samples_per_prompt
+    return rewards[:n], correct[:n]
+
+  def _example(self, index: int):
+    """Held-out example `index`; the padding rows past the end repeat the last one."""
+    return self.examples[min(index, len(self.examples) - 1)]
 
   def __call__(self, params, rng) -> dict[str, float]:
     """Returns {"eval/greedy_accuracy", "eval/mean_reward", "eval/pass_at_k", "eval/sampled_accuracy"}.
 
-    params: as the sampler takes them (replicated for pmap)."""
+    params: as the sampler takes them (the state's global arrays, or host arrays)."""
     import jax  # pylint: disable=g-import-not-at-top
     texts = [self.task.format_prompt(e) for e in self.examples]
     tokens, mask = encode_prompts(self.tokenizer, texts, self.prompt_buckets)

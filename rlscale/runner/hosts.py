@@ -4,12 +4,14 @@ Convention: data parallelism over processes by a contiguous shard of each global
 index, as MaxText's input pipelines shard by `jax.process_index()` / `jax.process_count()` and
 verl's single controller splits each batch into contiguous chunks, one per data-parallel rank.
 With H = `jax.process_count()` processes and P = rl.prompts_per_step prompts per step (global),
-process h samples the P / H prompts at task-stream offsets `prompts + h * P / H + i`
-(i < P / H, `prompts` = the global count consumed so far), with its sampling key folded with h.
-The rows of all processes, concatenated in process order, are exactly the rows one process would
-hold for the same step (groups adjacent, prompt by prompt), so everything computed over the batch
-(advantages, statistics, the prompt and response widths to train on) is computed on that union, and
-the update step's psums (over every process's devices) make the update the one-process update on it.
+process h draws the P / H prompts at task-stream offsets `prompts + h * P / H + i`
+(i < P / H, `prompts` = the global count consumed so far). Its rows are rows h * B / H .. of the
+step's global arrays on the mesh (`parallel.data.global_batch`), and the sampler draws a row's
+noise by its place in the global batch from one key, so the rows of all processes, concatenated in
+process order, are exactly the rows one process would sample for the same step (groups adjacent,
+prompt by prompt). Everything computed over the batch (advantages, statistics, the prompt and
+response widths to train on) is computed on that union, and the update step, written for the
+global batch, is the one-process update on it.
 Counters (`prompts`, `samples`) stay global, so a checkpoint records the global stream position and
 a resume on another process count continues the stream where it stopped.
 
@@ -62,12 +64,6 @@ def stream_offsets(position: int, prompts_per_step: int, hosts: Hosts) -> range:
   share = prompt_share(prompts_per_step, hosts)
   start = position + hosts.index * share
   return range(start, start + share)
-
-
-def process_key(key: jax.Array, hosts: Hosts) -> jax.Array:
-  """The sampling key of this process: `key` with one process (so a one-process run draws what it
-  always drew), fold_in(key, h) with several (distinct noise per process)."""
-  return key if hosts.count == 1 else jax.random.fold_in(key, hosts.index)
 
 
 def gather_rows(tree: Any, hosts: Hosts) -> Any:

@@ -5,8 +5,9 @@ Its parts live in their own modules: `rollouts` (generation, DAPO dynamic sampli
 run directory's names, resume checks, the policy export and summary); this module keeps
 `train_and_evaluate` and the loop over steps (evaluation schedule, logging, checkpoints, stops).
 
-One step: P prompts from the task stream -> G samples each (pmapped sampler) -> rewards (host
-verifier) -> advantages (jitted) -> update step (pmapped) -> one metrics record indexed by step,
+One step: P prompts from the task stream -> G samples each (the jitted sampler on the mesh) ->
+rewards (host verifier) -> advantages (jitted) -> update step (jitted on the mesh) -> one metrics
+record indexed by step,
 responses consumed and seconds per part (`rlscale.runner.timing`: generation / reward / training /
 evaluation / checkpointing execution, JAX compilation apart, and the rest as other; `time/*` since
 the previous record, `wall/*` cumulative, parts summing to `wall/total`). Every
@@ -20,11 +21,11 @@ at every step where the responses consumed cross a multiple of E (the first step
 otherwise each record's `samples` holds the exact count). The warm start (0 samples) and the final
 step are always evaluated. Every evaluation uses the same key (`evaluate.evaluation_key`).
 
-Several processes (multi-host, `rlscale.runner.hosts`): each process samples its own share of the
-global P prompts (stream offsets and keys by process index); the batch statistics, advantages and
-the prompt and response widths are computed on the union of all processes' rows, the update step
-psums over every process's devices, so a step equals the one-process step on the union batch.
-Process 0 evaluates the whole held-out set (the others receive its metrics) and alone writes
+Several processes (multi-host, `rlscale.runner.hosts`): each process draws its own share of the
+global P prompts (stream offsets by process index), whose rows are its part of the step's global
+arrays; the sampler, the advantages and the update run on the mesh over every process's devices
+in the global view, so a step equals the one-process step on the same prompts. Each process
+evaluates its share of the held-out set and all get the union's metrics; process 0 alone writes
 config.json, metrics.jsonl, TensorBoard, plots, summary.json and the policy; every process takes
 part in orbax's checkpoint save (orbax writes the host arrays from process 0). The workdir must be
 on a file system every process sees.
@@ -37,7 +38,6 @@ import os
 from typing import Any
 
 import jax
-import numpy as np
 import tqdm
 
 from rlscale import outputs
@@ -48,9 +48,8 @@ from rlscale.runner import preflight
 from rlscale.runner import progress
 from rlscale.runner import workdir_lock
 from rlscale.runner.checkpoints import Checkpointer
-from rlscale.runner.evaluate import METRIC_NAMES, evaluation_key
+from rlscale.runner.evaluate import evaluation_key
 from rlscale.runner.interrupts import StopFlag
-from rlscale.runner.layout import layout_of
 from rlscale.runner.metrics_log import MetricsLogger
 from rlscale.runner.rl_step import (all_finite, clip_fired, divergence_message,
                                      nonfinite_training_values, rl_step, stopped_note)
@@ -167,13 +166,12 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),
                               keep=config.train.keep_checkpoints)
   state = run.state
-  layout = layout_of(run)
+  layout = run.layout
   step = 0
   counters = {"samples": 0, "prompts": 0}  # responses generated, prompts drawn from the stream
   latest = checkpointer.latest_step()
   if latest is not None:
-    host_state, meta = checkpointer.restore(latest, layout.restore_target(state))
-    state = layout.from_checkpoint(host_state)
+    state, meta = checkpointer.restore(latest, layout.restore_target(state))
     step, counters = int(meta["step"]), dict(meta["counters"])
     clock.resume(meta["phase_seconds"], meta["wall_seconds"])
     run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
@@ -266,7 +264,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
       stopping = hosts_lib.any_process(stop.stop, hosts)
       if step % config.train.checkpoint_every == 0 or step == total_steps or stopping:
         with clock.measure("checkpointing"):
-          saved = layout.saved_state(state)
+          saved = state
           # A finite loss and gradient norm can still leave non-finite parameters (an update
           # overflowing), and a checkpoint of them would be resumed: check what is saved.
           if not all_finite(saved):
@@ -346,14 +344,11 @@ class _NullLogger:
 
 
 def held_out_metrics(run, params, key, hosts: hosts_lib.Hosts) -> dict[str, float]:
-  """Held-out metrics (`run.evaluator`) on the whole held-out set: with several processes process 0
-  evaluates every prompt, exactly as a one-process run with as many local devices would, and the
-  other processes receive its metrics (float32-rounded; they only show them)."""
-  if hosts.count == 1:
-    return run.evaluator(params, key)
-  result = run.evaluator(params, key) if hosts.writer else {name: 0.0 for name in METRIC_NAMES}
-  shared = hosts_lib.from_writer({k: np.float32(result[k]) for k in METRIC_NAMES}, hosts)
-  return result if hosts.writer else {k: float(v) for k, v in shared.items()}
+  """Held-out metrics (`run.evaluator`) on the whole held-out set. With several processes each
+  samples and scores its share of the prompts and every process gets the metrics of the union
+  (`evaluate.Evaluator`), exactly those of a one-process run on the same mesh."""
+  del hosts  # the evaluator shares the work out itself
+  return run.evaluator(params, key)
 
 
 

@@ -257,9 +257,8 @@ def update_microbatch_rows(rl, rows: int, width: int, platform: str,
 
 
 def _mesh_sizes(checked: builders.CheckedConfig) -> tuple[int, int]:
-  """(devices of the run, ways the parameters are split): pmap keeps a full copy per device."""
-  if checked.mesh is None:
-    return jax.device_count(), 1
+  """(devices of the run, ways the parameters are split): the data axis keeps a full copy on
+  each of its devices; fsdp x tensor (x expert) split them."""
   devices = checked.mesh.devices.size
   return devices, devices // checked.mesh.shape["data"]
 
@@ -316,7 +315,7 @@ def estimate_memory(config, checked: builders.CheckedConfig, model: ModelConfig,
   if d:
     params = model.num_params()
     copies = lambda nbytes: -(-nbytes * d // param_split)  # noqa: E731
-    # A pmapped CPU run keeps one copy per device in the same RAM; a mesh splits the parameters.
+    # A CPU run keeps one copy per data-parallel device in the same RAM; fsdp x tensor split it.
     where = (f" x {d // param_split} copies (one per device)" if d > param_split else
              f" / {param_split // d} (split over mesh.fsdp x mesh.tensor)" if d < param_split
              else "")

@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlscale.runner.layout import layout_of
 from rlscale.runner.rollouts import Generated, collect_rollouts
 from rlscale.runner.update_batch import make_update_batch
 
@@ -48,10 +47,8 @@ def train_phase(run, state, generated: Generated, update_key):
   Returns: (record: mask stats, train/* metrics as Python floats, tokens/trained; new state).
   """
   batch, record = make_update_batch(run, state, generated)
-  state, metrics = run.update_fn(state, batch.arrays(),
-                                 layout_of(run).update_key(update_key))
-  metrics = {f"train/{k}": float(np.asarray(v).reshape(-1)[0])
-             for k, v in jax.device_get(metrics).items()}
+  state, metrics = run.update_fn(state, batch.arrays(), update_key)
+  metrics = {f"train/{k}": float(v) for k, v in jax.device_get(metrics).items()}
   return {**record, **metrics}, state
 
 

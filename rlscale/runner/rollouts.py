@@ -18,9 +18,8 @@ import numpy as np
 
 from rlscale.rl import dapo
 from rlscale.runner import hosts as hosts_lib
-from rlscale.runner.layout import layout_of
 from rlscale.runner.batching import decode_responses, encode_prompts, longest_prompt
-from rlscale.sampler.sampler import map_rollout
+from rlscale.sampler.decode import map_rollout
 from rlscale.tasks.rewards import score_batch
 
 MAX_SAMPLING_ROUNDS = 4
@@ -96,9 +95,7 @@ def generate_groups(run, state, key, offsets, clock) -> Generated:
       longest = hosts_lib.global_max(longest_prompt(run.tokenizer, texts), hosts)
     prompt_tokens, prompt_mask = encode_prompts(run.tokenizer, texts, buckets, longest=longest)
     # The G responses of a prompt share its prefill (rows p * G + g, groups adjacent).
-    rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key,
-                          params_replicated=layout_of(run).params_replicated,
-                          samples_per_prompt=G)
+    rollout = run.sampler(state.params, prompt_tokens, prompt_mask, key, samples_per_prompt=G)
   with clock.measure("reward"):
     t_r = rollout.response_mask.shape[1]
     texts = decode_responses(run.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
@@ -184,7 +181,7 @@ def collect_rollouts(run, state, key, counters, clock) -> tuple[Generated, dict]
   for round_index in range(MAX_SAMPLING_ROUNDS if rl.dynamic_sampling else 1):
     # This process's share of the round (all P with one process); counters stay global.
     generated = generate_groups(
-        run, state, hosts_lib.process_key(jax.random.fold_in(key, round_index), hosts),
+        run, state, jax.random.fold_in(key, round_index),
         hosts_lib.stream_offsets(counters["prompts"], P, hosts), clock)
     counters["prompts"] += P
     counters["samples"] += P * G

@@ -1,10 +1,10 @@
 """The update step's batch of one RL step, built from a scored rollout batch (`rollouts.Generated`):
-trimmed to bucketed widths, the behaviour / reference / critic passes the config needs, advantages
-and the loss mask, as a typed `UpdateBatch`.
+trimmed to bucketed widths and placed on the mesh once, then the behaviour / reference / critic
+passes the config needs, advantages and the loss mask, as a typed `UpdateBatch` of global arrays.
 
-With several processes (`rlscale.runner.hosts`) each process holds its own rows; widths,
-advantages, the loss mask and statistics come from the union of every process's rows, so the step
-equals the one-process step on the union.
+With several processes (`rlscale.runner.hosts`) each process holds its own rows; widths, the loss
+mask and statistics come from the union of every process's rows, and the passes and advantages
+run on the global arrays, so the step equals the one-process step on the union.
 """
 
 from __future__ import annotations
@@ -12,22 +12,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import jax
 import numpy as np
 
 from rlscale.rl import masks
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import hosts as hosts_lib
 from rlscale.runner.batching import train_widths, trim_rollout
-from rlscale.runner.layout import layout_of
 from rlscale.runner.rollouts import Generated, gather_generated, row_flags
 from rlscale.train import update as update_lib
 
 
 @dataclasses.dataclass
 class UpdateBatch:
-  """The arrays of one update step (`rlscale.train.update.update_step`'s batch), this process's
-  rows, laid out for the run's update function: [D, b, ...] with a leading device axis on the
-  pmap path (D local devices, b = rows / D), global arrays [B, ...] on a mesh.
+  """The arrays of one update step (`rlscale.train.update.update_step`'s batch): global arrays
+  [B, ...] on the run's mesh, rows over its batch axes (each process holds its own rows' shards).
 
   B rows, T = Tp + Tr trained tokens (the bucketed widths of `batching.train_widths`).
 
@@ -78,29 +77,29 @@ def loss_mask_of(run, generated: Generated) -> tuple[np.ndarray, dict[str, float
                      "loss_mask/filler_frac": float(filler.mean())}
 
 
-def behaviour_logp(run, state, sharded, rollout) -> tuple[np.ndarray, dict[str, float]]:
-  """The update's old_logp [B, Tr] as rl.old_logp asks: the sampler's, or ("recompute") a trainer
-  forward with the current params (replaying the sampler's experts when sharded has "routing"),
-  also written into sharded["old_logp"], with the
-  sampler-trainer mismatch: the mean k3 of the trainer's log-probs against the sampler's over real
-  tokens, train/sampler_trainer_k3 (with "sampler" the update step logs the same quantity).
+@jax.jit
+def mismatch_k3(trainer_logp, sampler_logp, response_mask):
+  """The sampler-trainer mismatch: the mean k3 (Schulman's estimator of KL(sampler || trainer))
+  of trainer_logp [B, Tr] float32 against sampler_logp [B, Tr] float32 over the tokens where
+  response_mask [B, Tr] is 1; a float32 scalar (global arrays: over every process's rows)."""
+  return masks.masked_mean(kl_divergence("k3", trainer_logp, sampler_logp), response_mask)
 
-  Args: run (`builders.Run`: rl_config, logp_fn), state (its params feed the recompute),
-    sharded (the update batch being built, placed by the run's layout: [D, b, ...] or global
-    [B, ...]; gets "old_logp" when recomputed), rollout (this process's trimmed Rollout, host).
-  Returns: (old_logp [B, Tr] float32 on the host, {} or the mismatch record)."""
+
+def behaviour_logp(run, state, placed: dict) -> dict[str, float]:
+  """Sets placed["old_logp"] [B, Tr] as rl.old_logp asks: the sampler's (left as placed), or
+  ("recompute") a trainer forward with the current params (`run.logp_fn`, replaying the
+  sampler's experts when placed has "routing").
+
+  Args: run (`builders.Run`: rl_config, logp_fn), state (its params feed the recompute), placed
+    (the update batch on the mesh: tokens, input_mask, response_mask, old_logp = the sampler's).
+  Returns: {} for "sampler"; for "recompute" {"train/sampler_trainer_k3": `mismatch_k3` of the
+  trainer's log-probs against the sampler's} (with "sampler" the update step logs the same)."""
   if run.rl_config.old_logp != "recompute":
-    return rollout.logp, {}
-  sharded["old_logp"] = run.logp_fn(state.params, sharded)
-  old_logp = np.asarray(sharded["old_logp"]).reshape(rollout.logp.shape)
-  return old_logp, sampler_trainer_mismatch(old_logp, rollout)
-
-
-def sampler_trainer_mismatch(old_logp, rollout) -> dict[str, float]:
-  """{"train/sampler_trainer_k3": mean k3 of the trainer's log-probs old_logp [B, Tr] against the
-  sampler's (rollout.logp) over the real tokens (rollout.response_mask)}."""
-  mismatch = masks.masked_mean(kl_divergence("k3", old_logp, rollout.logp), rollout.response_mask)
-  return {"train/sampler_trainer_k3": float(mismatch)}
+    return {}
+  sampler_logp = placed["old_logp"]
+  placed["old_logp"] = run.logp_fn(state.params, placed)
+  return {"train/sampler_trainer_k3": float(
+      mismatch_k3(placed["old_logp"], sampler_logp, placed["response_mask"]))}
 
 
 def own_routing(batch: dict) -> dict:
@@ -111,66 +110,55 @@ def own_routing(batch: dict) -> dict:
 
 def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, dict]:
   """The update step's batch from a scored rollout batch: trimmed to its bucketed prompt and
-  response widths, with the reference / critic / recomputed behaviour passes the config needs,
-  advantages and the loss mask, placed by the run's layout (`layout.layout_of`).
+  response widths, placed on the mesh once (`layout.MeshLayout.place_batch`), then the reference
+  / critic / recomputed behaviour passes the config needs and the advantages, all on the mesh
+  (nothing returns to the host).
 
   With several processes (`rlscale.runner.hosts`), `generated` holds this process's rows; the
-  widths, advantages, loss mask and statistics come from the union of every process's rows
-  (gathered in process order: the one-process batch), so every process trains on the same shapes
-  and the step equals the one-process step on the union; the device passes run on this process's
-  rows, and the returned batch holds this process's rows.
+  widths, the loss mask and the statistics come from the union of every process's rows (gathered
+  in process order: the one-process batch), so every process places the same shapes; the passes
+  and the advantages run on the global arrays, so the step equals the one-process step on the
+  union.
 
-  Args: run (`builders.Run`), state (the TrainState, as the run holds it), generated (the
-    step's `Generated`, this process's rows).
-  Returns: (UpdateBatch, record: mask stats, the sampler-trainer
-  mismatch when old_logp is recomputed, tokens/trained, and the trained widths in tokens
-  batch/prompt_width and batch/response_width: one update-step compile per pair)."""
+  Args: run (`builders.Run`), state (the TrainState on the mesh), generated (the step's
+    `Generated`, this process's rows).
+  Returns: (UpdateBatch of global arrays, record: mask stats, the sampler-trainer mismatch when
+  old_logp is recomputed, tokens/trained, and the trained widths in tokens batch/prompt_width
+  and batch/response_width: one update-step compile per pair)."""
   rl = run.rl_config
   hosts = hosts_lib.current()
   everything = gather_generated(generated, hosts)
   # Train on the batch's longest prompt and response, bucketed (a few static widths), not the
   # sampler's prompt bucket and response limit: the left padding and the columns after every
   # response are compute without effect on the loss. Taken from the union so that every process
-  # trims to the same widths (the sharded update's shapes must match across processes).
+  # trims to the same widths (the global arrays' shapes must match across processes).
   prompt_width, width = train_widths(everything.rollout)
   rollout = trim_rollout(generated.rollout, width, prompt_width)
   union = rollout if hosts.count == 1 else trim_rollout(everything.rollout, width, prompt_width)
-  batch = {
+  # Advantages (and ref_logp, values) use every row; the loss only the unmasked ones.
+  loss_mask, mask_stats = loss_mask_of(run, everything)  # truncation is judged at the full width
+  rows = {
       "tokens": rollout.tokens,
       "input_mask": np.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1),
       "response_mask": rollout.response_mask,
+      "loss_mask": hosts_lib.own_rows(loss_mask[:, :width], hosts),
       "old_logp": rollout.logp,
+      "rewards": hosts_lib.own_rows(everything.rewards, hosts),
   }
   if getattr(rollout, "experts", None) is not None:
-    batch["sampler_experts"] = rollout.experts
+    rows["sampler_experts"] = rollout.experts
     if run.routing_replay:
-      batch["routing"] = rollout.experts
-  layout = layout_of(run)
-  sharded = layout.place_batch(batch)
-  old_logp, mismatch = behaviour_logp(run, state, sharded, rollout)
-  extras = {}
+      rows["routing"] = rollout.experts
+  placed = run.layout.place_batch(rows)
+  loss_mask, rewards = placed.pop("loss_mask"), placed.pop("rewards")
+  record = behaviour_logp(run, state, placed)
   if update_lib.uses_ref_logp(rl):
-    extras["ref_logp"] = run.logp_fn(run.ref_params, own_routing(sharded))
+    placed["ref_logp"] = run.logp_fn(run.ref_params, own_routing(placed))
   if update_lib.uses_critic(rl):
-    extras["values"] = run.value_fn(state.critic_params, own_routing(sharded))
-  flat = {k: layout.host_rows(v) for k, v in extras.items()}
-  if hosts.count > 1:
-    # The passes above ran on this process's rows; advantages need every row.
-    flat = hosts_lib.gather_rows({**flat, "old_logp": old_logp}, hosts)
-    old_logp = flat.pop("old_logp")
-    if mismatch:
-      mismatch = sampler_trainer_mismatch(old_logp, union)
-  targets = run.advantage_fn(everything.rewards, union.response_mask, old_logp=old_logp,
-                             ref_logp=flat.get("ref_logp"), values=flat.get("values"))
-  if "ref_logp" in extras:
-    sharded["ref_logp"] = extras["ref_logp"]
-  if "values" in extras:
-    sharded["old_values"] = extras["values"]
-  # Advantages (and ref_logp, values) above use every row; the loss only the unmasked ones.
-  loss_mask, mask_stats = loss_mask_of(run, everything)  # truncation is judged at the full width
-  loss_mask = hosts_lib.own_rows(loss_mask[:, :width], hosts)
-  targets = hosts_lib.own_rows({k: np.asarray(v) for k, v in targets.items()}, hosts)
-  sharded.update(layout.place_batch({**targets, "response_mask": loss_mask}))
+    placed["old_values"] = run.value_fn(state.critic_params, own_routing(placed))
+  placed.update(run.advantage_fn(rewards, placed["response_mask"], old_logp=placed["old_logp"],
+                                 ref_logp=placed.get("ref_logp"), values=placed.get("old_values")))
+  placed["response_mask"] = loss_mask
   tokens = int(union.prompt_mask.sum() + union.response_mask.sum())
-  return UpdateBatch(**sharded), {**mask_stats, **mismatch, "tokens/trained": tokens,
-                   "batch/prompt_width": prompt_width, "batch/response_width": width}
+  return UpdateBatch(**placed), {**mask_stats, **record, "tokens/trained": tokens,
+                                 "batch/prompt_width": prompt_width, "batch/response_width": width}

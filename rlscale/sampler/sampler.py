@@ -1,533 +1,237 @@
-"""Jitted autoregressive sampling with a preallocated KV cache, and a pmapped, bucketed wrapper.
+"""The sampler: `decode.generate` jitted over a device mesh, prompts bucketed to a few lengths.
 
-`generate` prefills the left-padded prompt into a cache of Tp + Tr slots in one forward, then decodes
-one token per iteration of a `lax.while_loop` (the flax lm1b / gemma / tunix pattern): per-row
-positions count only real prompt tokens, every step draws with a fresh key `fold_in(rng, step)`, a
-row stops changing after its first EOS, and the loop exits as soon as every row has finished.
+`Sampler` binds the static choices once (model config, response length, sampling strategy, EOS
+ids, pad id, prompt-length buckets), left-pads each prompt batch to a bucket so only a handful of
+shapes are ever compiled, and runs `generate` under `jax.jit` in the global view (flax lm1b's
+jitted decode; tunix's sampler on its mesh): params sharded as the train state's
+(`rlscale.parallel.shardings`), prompt and response rows over the mesh's batch axes (data x fsdp),
+the KV cache by its logical names (`decode.CACHE_K_AXES`), the model's activations by theirs
+(`transformer.constrain_activations`); XLA's partitioner places the collectives. One device is
+the mesh {data: 1}. On a mesh over several processes each process passes its own prompt rows,
+which become its rows of the global batch (`parallel.data.global_batch`), and gets back the
+responses of those rows (`parallel.data.local_rows`).
 
-`Sampler` holds the static choices (model config, response length, sampling strategy, EOS ids, pad
-id, prompt-length buckets), pads prompts up to a bucket so a handful of shapes are ever compiled,
-and pmaps `generate` over the local devices with a per-device key. On CPU it can also split the
-batch into chunks run concurrently from host threads: XLA:CPU runs one decode loop on about one
-core, and concurrent programs occupy the others.
+One global key: the noise of response column i is `gumbel(fold_in(fold_in(rng, 0), i))` over the
+whole [B, V] batch, drawn by the partitionable threefry (`jax_threefry_partitionable`, on by
+default), so the same key gives the same tokens on any mesh (float summation order aside, which
+can flip a token only at an exact tie of perturbed logits), and the same key on every process
+of a multi-process mesh gives each row the noise of its place in the global batch. The inner
+`fold_in(rng, 0)` keeps the samples of the sampler's earlier one-device form, so earlier runs
+reproduce.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-from typing import NamedTuple, Optional, Sequence
+from typing import Optional, Sequence
 
+import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from rlscale.model.config import ModelConfig
-from rlscale.model.transformer import (KVCache, Transformer, cache_attention_mask, init_cache,
-                                       positions_from_mask)
-from rlscale.parallel import rules as rules_lib
-from rlscale.sampler.strategies import SamplingConfig, sample_token_from_noise
-
-AXIS_NAME = "batch"
-# Largest Gumbel table [Tr, B, V] float32 (bytes) drawn before the decode loop; above it each step
-# draws its own. One vectorised draw avoids XLA:CPU's rolled threefry loop (dozens of tiny ops)
-# inside every decode step; the noise, and so the tokens, are the same either way. Measured on W1
-# (2 cores): +4% tokens/s with a 4 MiB table (batch 32 per program), -3% with 16 MiB (batch 128),
-# where reading the table costs more than the per-step draws.
-GUMBEL_TABLE_BYTES = 8 * 2**20
-# Logical names of the KV cache's dimensions (`KVCache`: keys [B, K, D, S] transposed, values
-# [B, K, S, D]): rows as the activations' batch, KV heads as the parameters' kv_heads (so a
-# tensor-parallel attention reads its own heads' cache), head_dim and slots replicated.
-CACHE_K_AXES = ("activation_batch", "kv_heads", "head_dim", "activation_length")
-CACHE_V_AXES = ("activation_batch", "kv_heads", "activation_length", "head_dim")
+from rlscale.model.transformer import param_shardings
+from rlscale.parallel.data import batch_sharding, global_batch, local_rows, mesh_processes
+from rlscale.parallel.mesh import batch_parallelism, make_mesh, mesh_config
+from rlscale.parallel.rules import DEFAULT_RULES
+from rlscale.sampler.decode import (Rollout, check_special_ids, checked_batch, generate_unchecked,
+                                    id_tuple, map_rollout, pad_to_bucket, positive_int)
+from rlscale.sampler.strategies import SamplingConfig
 
 
-class Rollout(NamedTuple):
-  """Sampled responses for B rows (prompt width Tp, response limit Tr).
-
-  From `Sampler`, Tp is the prompt bucket the prompts were padded to (not the width passed in),
-  so slice responses with `Tp = rollout.prompt_mask.shape[1]`: `tokens[:, Tp:]`.
-
-  Attributes:
-    tokens: [B, Tp + Tr] int32, the left-padded prompt then the response; response slots after
-      the first EOS (and slots never reached) hold pad_id.
-    prompt_mask: [B, Tp] int32, 1 for real prompt tokens.
-    response_mask: [B, Tr] int32, 1 for generated tokens up to and including the first EOS.
-    logp: [B, Tr] float32, log softmax(logits / temperature)[token] of each generated token under
-      the sampling policy before top-k / top-p / min-p (see `strategies`; temperature 0 reads as
-      1), 0 where response_mask is 0. A full forward recomputes it (up to float rounding): with
-      `mask = concatenate([prompt_mask, response_mask], 1)` and
-      `logits = forward(params, config, tokens, mask).logits` (position t predicts token t + 1),
-      `logp == token_logp(logits[:, Tp - 1:-1], tokens[:, Tp:], temperature) * response_mask`.
-    lengths: [B] int32, response length in tokens (sum of response_mask).
-    num_steps: [B] int32, number of response positions the decode loop produced for the batch
-      (device shard) the row was generated in; below Tr when every row of it finished early.
-    experts: [B, Tr, L_moe, k] int32 for a model with experts, else None: the experts each MoE
-      layer chose at the position that predicts each response token (the prompt's last position
-      for token 0), -1 where response_mask is 0; for the routing-mismatch metric and routing
-      replay (`transformer.replay_window`).
-  """
-  tokens: jax.Array
-  prompt_mask: jax.Array
-  response_mask: jax.Array
-  logp: jax.Array
-  lengths: jax.Array
-  num_steps: jax.Array
-  experts: Optional[jax.Array] = None
+def _hashable_rules(rules) -> tuple:
+  """Logical axis rules (pairs of a name and mesh axes: None, a name or a sequence of names, as
+  a ConfigDict's lists) as nested tuples, hashable for the static arguments."""
+  return tuple((name, tuple(axes) if isinstance(axes, (list, tuple)) else axes)
+               for name, axes in rules)
 
 
-def map_rollout(fn, *rollouts: Rollout) -> Rollout:
-  """Rollout(fn(field of each rollout) for each field), a field None in the first rollout kept
-  None (e.g. a dense model's experts): to slice, concatenate or copy rollouts field by field."""
-  return Rollout(*(None if fields[0] is None else fn(*fields) for fields in zip(*rollouts)))
+def _placed(x, sharding: NamedSharding) -> jax.Array:
+  """x (an array of any kind) on `sharding`: x itself when already so placed (jit takes an
+  equivalent sharding as is; `jax.device_put` would cost a copy per call), else a copy there."""
+  if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim):
+    return x
+  return jax.device_put(x, sharding)
 
-
-class DecodeState(NamedTuple):
-  """Carry of the decode `lax.while_loop` (B rows, Tr response slots, S = Tp + Tr cache slots).
-
-  Attributes:
-    step: int32 scalar, response tokens produced so far (the next one goes to column `step`).
-    last_token: [B] int32, the token produced at column step - 1 (fed to the next forward).
-    tokens: [B, Tr] int32 response tokens, pad_id where not produced.
-    logp: [B, Tr] float32, 0 where not produced.
-    response_mask: [B, Tr] int32.
-    done: [B] bool, the row has produced an EOS.
-    cache: KVCache with S slots, filled up to slot Tp + step - 2.
-    experts: [B, Tr, L_moe, k] int32, -1 where not produced; None for a dense model.
-  """
-  step: jax.Array
-  last_token: jax.Array
-  tokens: jax.Array
-  logp: jax.Array
-  response_mask: jax.Array
-  done: jax.Array
-  cache: KVCache
-  experts: Optional[jax.Array] = None
-
-
-def _is_eos(token: jax.Array, eos_ids: tuple) -> jax.Array:
-  """[B] int32 -> [B] bool; all False when eos_ids is empty (EOS disabled)."""
-  hit = jnp.zeros(token.shape, bool)
-  for eos in eos_ids:
-    hit = hit | (token == eos)
-  return hit
-
-
-def _record(state: DecodeState, token, logp, moe, *, eos_ids: tuple, pad_id: int) -> DecodeState:
-  """Writes the token drawn for column `state.step` (pad_id / 0 / mask 0 / experts -1 for
-  finished rows); moe: the forward's MoEStats (experts [L_moe, B, 1, k]) or None."""
-  live = ~state.done
-  token = jnp.where(live, token, pad_id)
-  column = lambda x: x[:, None]  # noqa: E731  [B] -> [B, 1] for the column update
-  write = lambda buf, val: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
-      buf, column(val), state.step, axis=1)
-  if moe is not None:
-    chosen = jnp.transpose(moe.experts[:, :, -1], (1, 0, 2))  # [B, L_moe, k]
-    state = state._replace(experts=write(state.experts,
-                                         jnp.where(live[:, None, None], chosen, -1)))
-  return state._replace(
-      step=state.step + 1,
-      last_token=token,
-      tokens=write(state.tokens, token),
-      logp=write(state.logp, jnp.where(live, logp, 0.0)),
-      response_mask=write(state.response_mask, live.astype(jnp.int32)),
-      done=state.done | _is_eos(token, eos_ids))
-
-
-def _positive_int(value, name: str) -> int:
-  """`value` as a Python int >= 1 (numpy integers accepted: static arguments must hash alike).
-
-  Raises:
-    ValueError: naming `name`, when value is not an int (a bool is not) or is below 1.
-  """
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-  return int(value)
-
-
-def constrain_cache(cache: KVCache, rules) -> KVCache:
-  """`cache` with every buffer constrained to the sharding its logical names (CACHE_K_AXES,
-  CACHE_V_AXES) get under `rules` (`rlscale.parallel.rules` format) on the abstract mesh in
-  effect (`jax.sharding.use_abstract_mesh`); `cache` unchanged when rules is None (the pmap
-  path). A mesh axis that does not divide a dimension leaves it replicated
-  (`rules.logical_to_spec`)."""
-  if rules is None:
-    return cache
-  mesh = jax.sharding.get_abstract_mesh()
-  put = lambda x, names: jax.lax.with_sharding_constraint(  # noqa: E731
-      x, rules_lib.logical_to_spec(names, x.shape, mesh, rules))
-  return KVCache(tuple(put(k, CACHE_K_AXES) for k in cache.k),
-                 tuple(put(v, CACHE_V_AXES) for v in cache.v))
-
-
-def _check_generate_args(prompt_tokens, prompt_mask, model_config, sampling, eos_ids, pad_id):
-  if prompt_tokens.ndim != 2 or prompt_tokens.shape[1] < 1:
-    raise ValueError(f"prompt_tokens must be [B, Tp] with Tp >= 1, got shape {prompt_tokens.shape}")
-  if prompt_mask.shape != prompt_tokens.shape:
-    raise ValueError(f"prompt_mask shape {prompt_mask.shape} must equal prompt_tokens shape "
-                     f"{prompt_tokens.shape}")
-  if not isinstance(sampling, SamplingConfig):
-    raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-  check_special_ids(eos_ids, pad_id, model_config.vocab_size)
-  if not any(isinstance(x, jax.core.Tracer) for x in (prompt_tokens, prompt_mask)):  # values known
-    check_prompts(prompt_tokens, prompt_mask, model_config.vocab_size)
-
-
-def check_special_ids(eos_ids: tuple, pad_id: int, vocab_size: int) -> None:
-  """Checks the static ids of `generate`.
-
-  Raises:
-    ValueError: eos_ids is not a tuple of ints, or an EOS id (which could never be sampled) or
-      pad_id (embedded as NaN: jnp.take fills out-of-range rows) lies outside [0, vocab_size).
-  """
-  if not isinstance(eos_ids, tuple) or not all(isinstance(e, int) for e in eos_ids):
-    raise ValueError(f"eos_ids must be a tuple of ints (() disables EOS), got {eos_ids!r}")
-  if any(not 0 <= e < vocab_size for e in eos_ids):
-    raise ValueError(f"eos_ids {eos_ids} must lie in the model's vocabulary [0, {vocab_size})")
-  if not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
-    raise ValueError(f"pad_id {pad_id!r} is outside the model's vocabulary [0, {vocab_size})")
-
-
-def check_prompts(prompt_tokens, prompt_mask, vocab_size: int) -> None:
-  """Host-side checks of a prompt batch, which the jitted sampler would otherwise garble silently.
-
-  Args:
-    prompt_tokens: [B, Tp] int. prompt_mask: [B, Tp] int. vocab_size: V of the model.
-  Raises:
-    ValueError: naming the first bad row, when prompt_mask holds a value other than 0/1, a row has
-      no real token, a row is not left-padded (a 0 after a 1: decoding starts after the last
-      slot, so the first token would follow a pad), or a real token id lies outside [0, V) (its
-      embedding reads NaN).
-  """
-  tokens, mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
-  if not np.isin(mask, (0, 1)).all():
-    raise ValueError(f"prompt_mask must hold only 0 and 1, got values {np.unique(mask).tolist()}")
-  empty = np.flatnonzero(mask.sum(axis=1) == 0)
-  if empty.size:
-    raise ValueError(f"prompt_mask row {empty[0]} has no real token; every row needs at least one")
-  not_left = np.flatnonzero((np.diff(mask, axis=1) < 0).any(axis=1))
-  if not_left.size:
-    row = not_left[0]
-    raise ValueError(f"prompt_mask row {row} is not left-padded ({mask[row].tolist()}); real tokens "
-                     "must fill the end of each row")
-  outside = (mask == 1) & ((tokens < 0) | (tokens >= vocab_size))
-  if outside.any():
-    row = int(np.flatnonzero(outside.any(axis=1))[0])
-    raise ValueError(f"prompt_tokens row {row} holds id {tokens[row][outside[row]][0]} at a real "
-                     f"position, outside the model's vocabulary [0, {vocab_size})")
-
-
-def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
-             model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
-             eos_ids: tuple, pad_id: int, samples_per_prompt: int = 1,
-             cache_rules=None) -> Rollout:
-  """Samples up to Tr = max_new_tokens tokens after each left-padded prompt (jitted).
-
-  With samples_per_prompt = G > 1 the P prompts are prefilled once and their KV cache is copied
-  to G rows each (GRPO's G responses share their prompt's keys and values, as prefix caching in
-  vLLM / SGLang does): B = P * G rows, row p * G + g the g-th sample of prompt p, the same
-  samples as passing each prompt G times (same key), for 1/G of the prefill FLOPs.
-
-  Args:
-    params: the Transformer parameters (the `params` collection), not replicated.
-    prompt_tokens: [P, Tp] int32, left-padded (real tokens at the end of each row); P = B when
-      samples_per_prompt is 1.
-    prompt_mask: [P, Tp] {0,1} int, 1 for real tokens; each row 0...0 1...1 with >= 1 real token.
-    rng: PRNG key; response column i is drawn with fold_in(rng, i).
-    model_config: static ModelConfig of `params`.
-    max_new_tokens: static Tr >= 1.
-    sampling: static SamplingConfig (temperature 0 = greedy).
-    eos_ids: static tuple of token ids in [0, V) that end a response; () disables EOS (always Tr
-      tokens).
-    pad_id: static id in [0, V) written after the first EOS; may equal an EOS id.
-    samples_per_prompt: static G >= 1, responses sampled per prompt.
-    cache_rules: static logical axis rules (a tuple of (name, mesh axes) pairs) that shard the
-      KV cache over the abstract mesh in effect (`constrain_cache`; the mesh sampler,
-      `rlscale.sampler.mesh_sampler`); None (default) leaves its layout to the compiler.
-  Returns:
-    Rollout (see its docstring) with B = P * G rows, prompts repeated in `tokens`/`prompt_mask`.
-  Raises:
-    ValueError: on inconsistent shapes, a bad static argument (`check_special_ids`;
-      max_new_tokens or samples_per_prompt not an int >= 1, numpy integers accepted), or,
-      when the prompts are concrete arrays (not traced), a prompt batch `check_prompts` rejects.
-  """
-  max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
-  samples_per_prompt = _positive_int(samples_per_prompt, "samples_per_prompt")
-  _check_generate_args(prompt_tokens, prompt_mask, model_config, sampling, eos_ids, pad_id)
-  return _generate(params, prompt_tokens, prompt_mask, rng, model_config=model_config,
-                   max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id,
-                   samples_per_prompt=samples_per_prompt, cache_rules=cache_rules)
-
-
-@functools.partial(jax.jit, static_argnames=("model_config", "max_new_tokens", "sampling",
-                                             "eos_ids", "pad_id", "samples_per_prompt",
-                                             "cache_rules"))
-def _generate(params, prompt_tokens, prompt_mask, rng, *, model_config, max_new_tokens, sampling,
-              eos_ids, pad_id, samples_per_prompt, cache_rules=None) -> Rollout:
-  """`generate` without the argument checks."""
-  num_prompts, prompt_len = prompt_tokens.shape
-  batch = num_prompts * samples_per_prompt
-  num_slots = prompt_len + max_new_tokens
-  model = Transformer(model_config)
-  prompt_mask = prompt_mask.astype(jnp.int32)
-  prompt_tokens = prompt_tokens.astype(jnp.int32)
-
-  # Prefill: every prompt slot of each distinct prompt in one forward, attending to the prompt
-  # slots only.
-  out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
-                    cache_attention_mask(prompt_mask, 0, prompt_len),
-                    constrain_cache(init_cache(model_config, num_prompts, num_slots), cache_rules),
-                    jnp.int32(0), last_only=True)
-  if samples_per_prompt > 1:  # each prompt's G rows start from copies of its prefill
-    to_rows = lambda x: jnp.repeat(x, samples_per_prompt, axis=0)  # noqa: E731
-    moe = None if out.moe is None else out.moe._replace(
-        experts=jnp.repeat(out.moe.experts, samples_per_prompt, axis=1))
-    out = out._replace(logits=to_rows(out.logits), cache=jax.tree.map(to_rows, out.cache),
-                       moe=moe)
-    prompt_tokens, prompt_mask = to_rows(prompt_tokens), to_rows(prompt_mask)
-  out = out._replace(cache=constrain_cache(out.cache, cache_rules))
-  # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
-  slot_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], axis=1)
-  empty = DecodeState(
-      step=jnp.int32(0),
-      last_token=jnp.zeros((batch,), jnp.int32),
-      tokens=jnp.full((batch, max_new_tokens), pad_id, jnp.int32),
-      logp=jnp.zeros((batch, max_new_tokens), jnp.float32),
-      response_mask=jnp.zeros((batch, max_new_tokens), jnp.int32),
-      done=jnp.zeros((batch,), bool),
-      cache=out.cache,
-      experts=None if out.moe is None else jnp.full(
-          (batch, max_new_tokens) + (out.moe.experts.shape[0], out.moe.experts.shape[-1]), -1,
-          jnp.int32))
-  record = functools.partial(_record, eos_ids=eos_ids, pad_id=pad_id)
-  draw = _gumbel_source(rng, out.logits.shape[-1], batch, max_new_tokens, sampling)
-  # Left padding puts every row's last real prompt token in the last prompt slot.
-  first = record(empty, *sample_token_from_noise(out.logits[:, -1], draw(0), sampling), out.moe)
-
-  real_prompt_len = prompt_mask.sum(axis=1)
-
-  def cond(state: DecodeState):
-    return (state.step < max_new_tokens) & ~jnp.all(state.done)
-
-  def body(state: DecodeState):
-    slot = prompt_len + state.step - 1  # cache slot of last_token
-    positions = (real_prompt_len + state.step - 1)[:, None]
-    out = model.apply({"params": params}, state.last_token[:, None], positions,
-                      cache_attention_mask(slot_mask, slot, 1), state.cache, slot)
-    token, logp = sample_token_from_noise(out.logits[:, 0], draw(state.step), sampling)
-    return record(state._replace(cache=constrain_cache(out.cache, cache_rules)), token, logp,
-                  out.moe)
-
-  final = jax.lax.while_loop(cond, body, first)
-  return Rollout(
-      tokens=jnp.concatenate([prompt_tokens, final.tokens], axis=1),
-      prompt_mask=prompt_mask,
-      response_mask=final.response_mask,
-      logp=final.logp,
-      lengths=final.response_mask.sum(axis=1, dtype=jnp.int32),
-      num_steps=jnp.full((batch,), final.step, jnp.int32),
-      experts=final.experts)
-
-
-def _gumbel_source(rng, vocab: int, batch: int, max_new_tokens: int, sampling: SamplingConfig):
-  """Returns draw(step) -> [B, V] float32 Gumbel noise of response column `step`
-  (jax.random.gumbel(fold_in(rng, step))), or None for greedy decoding.
-
-  Draws the whole [Tr, B, V] table at once (vmapped over steps: the same numbers) when it fits in
-  GUMBEL_TABLE_BYTES, else one draw per call."""
-  if sampling.greedy:
-    return lambda step: None
-  gumbel = lambda step: jax.random.gumbel(  # noqa: E731
-      jax.random.fold_in(rng, step), (batch, vocab), jnp.float32)
-  if 4 * max_new_tokens * batch * vocab > GUMBEL_TABLE_BYTES:
-    return gumbel
-  table = jax.vmap(gumbel)(jnp.arange(max_new_tokens))
-  return lambda step: jax.lax.dynamic_index_in_dim(table, step, keepdims=False)
-
-
-def pad_to_bucket(prompt_tokens: np.ndarray, prompt_mask: np.ndarray, buckets: Sequence[int],
-                  pad_id: int):
-  """Left-pads [B, Tp] prompts to the smallest bucket >= Tp.
-
-  Returns (tokens [B, bucket] int32, mask [B, bucket] int32).
-  Raises:
-    ValueError: if Tp exceeds the largest bucket.
-  """
-  prompt_len = prompt_tokens.shape[1]
-  fitting = [b for b in sorted(buckets) if b >= prompt_len]
-  if not fitting:
-    raise ValueError(f"prompt length {prompt_len} exceeds the largest prompt bucket "
-                     f"{max(buckets)} (prompt_buckets {tuple(sorted(buckets))}); add a larger "
-                     "bucket or shorten the prompts")
-  extra = fitting[0] - prompt_len
-  tokens = np.pad(np.asarray(prompt_tokens, np.int32), ((0, 0), (extra, 0)), constant_values=pad_id)
-  mask = np.pad(np.asarray(prompt_mask, np.int32), ((0, 0), (extra, 0)))
-  return tokens, mask
-
-
-def _id_tuple(eos_ids) -> tuple:
-  """A sequence (tuple, list, 1-D array) of token ids as a tuple of Python ints.
-
-  Raises:
-    ValueError: eos_ids is a single id or anything but a sequence of integers.
-  """
-  ids = np.asarray(eos_ids)  # a str or a single id is 0-D
-  if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-    raise ValueError("eos_ids must be a sequence of token ids (e.g. tokenizer.eos_ids; () disables "
-                     f"EOS), got {eos_ids!r}")
-  return tuple(int(i) for i in ids)
-
-
-
-def checked_batch(prompt_tokens, prompt_mask, vocab_size: int, samples_per_prompt: int,
-                  parts: int, parts_name: str):
-  """(prompt_tokens, prompt_mask as numpy [P, Tp], G) after the checks every sampler makes.
-
-  Raises ValueError when the two are not both [P, Tp], `check_prompts` rejects the prompts,
-  samples_per_prompt < 1, or B = P * G does not split into `parts` (named by `parts_name`)."""
-  prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
-  if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
-    raise ValueError(f"prompt_tokens and prompt_mask must both be [P, Tp], got shapes "
-                     f"{prompt_tokens.shape} and {prompt_mask.shape}")
-  check_prompts(prompt_tokens, prompt_mask, vocab_size)
-  group = _positive_int(samples_per_prompt, "samples_per_prompt")
-  if prompt_tokens.shape[0] * group % parts:
-    raise ValueError(f"batch size B={prompt_tokens.shape[0] * group} (prompts x "
-                     f"samples_per_prompt) must be divisible by {parts_name}")
-  return prompt_tokens, prompt_mask, group
 
 class Sampler:
-  """Bucketed, pmapped `generate` with the static choices bound once.
+  """Bucketed `generate` jitted over a mesh, with the static choices bound once.
 
   Args:
     model_config: ModelConfig of the params passed to `__call__`.
-    max_new_tokens: Tr, response length limit.
+    max_new_tokens: Tr, response length limit (int >= 1).
     sampling: default SamplingConfig (a call may override it; each distinct one compiles once).
     eos_ids: sequence of EOS token ids, e.g. `tokenizer.eos_ids` (() disables EOS).
     pad_id: id used to left-pad prompts and to fill responses after EOS, e.g. `tokenizer.pad_id`.
-    prompt_buckets: allowed padded prompt lengths, e.g. (16, 32, 64, 128).
-    devices: devices to pmap over; default `jax.local_devices()`.
-    host_threads: split each batch into up to this many row chunks generated concurrently from
-      host threads (the largest count <= host_threads that divides the rows per device). On a
-      CPU backend the number of cores per device can help long responses (2 cores, 64-token
-      responses: 1.6x tokens/s at batch 16, 1.2x at 256, benchmarks/results/sampler.json) but
-      not short ones (the main job's 8-token responses: none); measure. Leave 1 on
-      accelerators. The samples depend on the chunk count (see `__call__`).
+    mesh: a `rlscale.parallel.mesh.make_mesh` Mesh; None: data parallelism over every device
+      (`make_mesh(mesh_config())`).
+    prompt_buckets: allowed padded prompt lengths (ints >= 1), e.g. (16, 32, 64, 128).
+    param_shardings: NamedShardings of the params tree on `mesh` (e.g. the train state's,
+      `rlscale.train.update_fn.make_update_fn(...).state_shardings.params`); None: derived from
+      the first call's params' paths and shapes (`transformer.param_shardings` under `rules`).
+    rules: logical axis rules (`rules.DEFAULT_RULES` format) of the params (when derived), the
+      KV cache and the activations.
+    host_threads: split each batch into up to C = host_threads contiguous row chunks (the largest
+      C <= host_threads with B divisible by C x num_devices), each spread over the mesh and
+      generated concurrently from its own host thread, chunk c with the key fold_in(rng, c).
+      On a CPU backend XLA runs one decode loop on about one core and concurrent programs occupy
+      the others: on 2 cores 1.2-1.6x tokens/s at batch 16-256 for 64-token responses
+      (benchmarks/results/sampler.json: rlscale_cache, 2 threads, against
+      rlscale_cache_one_thread), none for the main job's 8-token ones. Leave 1 on
+      accelerators. The samples then depend on the chunk count, so on the device count too.
+      Must be 1 on a mesh over several processes.
 
   Attributes:
+    mesh: the Mesh the sampler runs on.
+    param_shardings: the params' NamedShardings (None until the first call when not given).
     num_traces: how many times the generation function was traced (= compilations), for tests.
 
   Raises:
     ValueError: naming the argument, on max_new_tokens or host_threads not an int >= 1, an empty
-      bucket list, eos_ids not a sequence of ints, eos_ids or pad_id outside the model's
-      vocabulary (`check_special_ids`), or sampling not a SamplingConfig.
+      bucket list or a bucket not an int >= 1, eos_ids not a sequence of ints, eos_ids or pad_id
+      outside the model's vocabulary (`decode.check_special_ids`), or sampling not a
+      SamplingConfig, or host_threads > 1 on a mesh over several processes; from
+      `mesh.make_mesh` when mesh is None.
   """
 
   def __init__(self, model_config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig,
-               eos_ids: tuple, pad_id: int, prompt_buckets: Sequence[int] = (16, 32, 64, 128, 256),
-               devices: Optional[Sequence[jax.Device]] = None, host_threads: int = 1):
-    host_threads = _positive_int(host_threads, "host_threads")
+               eos_ids: Sequence[int], pad_id: int, mesh=None, *,
+               prompt_buckets: Sequence[int] = (16, 32, 64, 128, 256), param_shardings=None,
+               rules=DEFAULT_RULES, host_threads: int = 1):
+    self.host_threads = positive_int(host_threads, "host_threads")
     if not prompt_buckets or any(not isinstance(b, int) or b < 1 for b in prompt_buckets):
       raise ValueError("prompt_buckets must be a non-empty sequence of ints >= 1, "
                        f"got {prompt_buckets!r}")
     if not isinstance(sampling, SamplingConfig):
       raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
     self.model_config = model_config
-    self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
+    self.max_new_tokens = positive_int(max_new_tokens, "max_new_tokens")
     self.sampling = sampling
-    self.eos_ids = _id_tuple(eos_ids)  # hashable Python ints for the static argument
+    self.eos_ids = id_tuple(eos_ids)  # hashable Python ints for the static argument
     self.pad_id = int(pad_id) if isinstance(pad_id, (int, np.integer)) else pad_id
     check_special_ids(self.eos_ids, self.pad_id, model_config.vocab_size)
     self.prompt_buckets = tuple(sorted(prompt_buckets))
-    self.devices = list(devices) if devices is not None else jax.local_devices()
+    self.mesh = make_mesh(mesh_config()) if mesh is None else mesh
+    self._processes = mesh_processes(self.mesh)
+    if self._processes > 1 and self.host_threads > 1:
+      raise ValueError(f"host_threads={self.host_threads} splits each process's rows into "
+                       "chunks of their own keys; it must be 1 on a mesh over "
+                       f"{self._processes} processes")
+    self.rules = _hashable_rules(rules)
+    self.param_shardings = param_shardings
     self.num_traces = 0
-    self.host_threads = host_threads
-    self._pool = concurrent.futures.ThreadPoolExecutor(host_threads) if host_threads > 1 else None
+    self._jitted = {}  # (sampling, G, prompts sharded) -> jitted generate
     self._compiled = set()  # call signatures already run once, so threads never race to compile
-    # One pmapped function per params layout: replicated (leading device axis) or plain (broadcast).
-    self._generate = {
-        replicated: jax.pmap(self._device_generate, axis_name=AXIS_NAME, devices=self.devices,
-                             in_axes=(0 if replicated else None, 0, 0, None),
-                             static_broadcasted_argnums=(4, 5))
-        for replicated in (True, False)}
+    self._pool = (concurrent.futures.ThreadPoolExecutor(self.host_threads)
+                  if self.host_threads > 1 else None)
 
   @property
   def num_devices(self) -> int:
-    return len(self.devices)
+    """How many parts the rows are split into (the mesh's batch axes, data x fsdp): B must be a
+    multiple."""
+    return batch_parallelism(self.mesh)
 
-  def _device_generate(self, params, prompt_tokens, prompt_mask, rng, sampling, samples_per_prompt):
-    self.num_traces += 1  # runs only while tracing
-    rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS_NAME))
-    return generate(params, prompt_tokens, prompt_mask, rng, model_config=self.model_config,
-                    max_new_tokens=self.max_new_tokens, sampling=sampling, eos_ids=self.eos_ids,
-                    pad_id=self.pad_id, samples_per_prompt=samples_per_prompt)
+  def _function(self, params, sampling: SamplingConfig, group: int, prompts_sharded: bool):
+    """The jitted generate of one (sampling, G, prompt layout), built once."""
+    key = (sampling, group, prompts_sharded)
+    if key not in self._jitted:
+      if self.param_shardings is None:
+        self.param_shardings = param_shardings(params, self.mesh, rules=self.rules)
+      replicated = NamedSharding(self.mesh, PartitionSpec())
+      rows = batch_sharding(self.mesh, 2)
+      prompts = rows if prompts_sharded else replicated
+      per_row = batch_sharding(self.mesh, 1)
+      out = Rollout(rows, rows, rows, rows, per_row, per_row,
+                    batch_sharding(self.mesh, 4) if self.model_config.moe_layers else None)
+
+      def run(params, tokens, mask, rng):
+        self.num_traces += 1  # runs only while tracing
+        rng = jax.random.fold_in(rng, 0)  # see the module docstring
+        with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh), \
+            nn.logical_axis_rules(self.rules):
+          return generate_unchecked(params, tokens, mask, rng, model_config=self.model_config,
+                                    max_new_tokens=self.max_new_tokens, sampling=sampling,
+                                    eos_ids=self.eos_ids, pad_id=self.pad_id,
+                                    samples_per_prompt=group, cache_rules=self.rules)
+
+      self._jitted[key] = jax.jit(run, in_shardings=(self.param_shardings, prompts, prompts,
+                                                     replicated), out_shardings=out)
+    return self._jitted[key]
 
   def __call__(self, params, prompt_tokens: np.ndarray, prompt_mask: np.ndarray, rng: jax.Array, *,
-               sampling: Optional[SamplingConfig] = None, params_replicated: bool = False,
-               samples_per_prompt: int = 1) -> Rollout:
+               sampling: Optional[SamplingConfig] = None, samples_per_prompt: int = 1) -> Rollout:
     """Samples `samples_per_prompt` responses for each of a batch of left-padded prompts.
 
     Args:
-      params: Transformer params. With params_replicated=False (default) a plain pytree, sent to
-        every device. With params_replicated=True every leaf has a leading axis of size
-        num_devices (the layout of a pmapped TrainState), used as is.
-      prompt_tokens: [P, Tp] int, left-padded; B = P * samples_per_prompt must be divisible by
-        num_devices.
-      prompt_mask: [P, Tp] {0,1}, 1 for real tokens.
-      rng: PRNG key; device d samples with fold_in(rng, d) (then fold_in(., step) per token).
-        With C > 1 chunks (see host_threads), rows are split into C contiguous chunks, each spread
-        over the devices, and chunk c uses fold_in(rng, c) in place of rng.
+      params: Transformer params (the `params` collection): host arrays, or global arrays on
+        the mesh (the train state's); placed by `param_shardings` (copied there unless already
+        so placed).
+      prompt_tokens: [P, Tp] int, left-padded: this process's prompts (on a mesh over H
+        processes every process passes the same shape, the global batch has H * P prompts in
+        process order; H = 1 otherwise); B = H * P * samples_per_prompt must be divisible by
+        `num_devices`. The prompts are sharded over the batch axes when H * P (per host-thread
+        chunk) is divisible too, else every device prefills every prompt (the same numbers).
+      prompt_mask: [P, Tp] {0,1} int, 1 for real tokens, each row 0...0 1...1.
+      rng: one PRNG key for the whole batch, the same on every process (see the module
+        docstring; with C > 1 host-thread chunks, chunk c draws with fold_in(rng, c) instead).
       sampling: overrides the default SamplingConfig for this call.
-      params_replicated: see `params`.
-      samples_per_prompt: G >= 1. Each prompt is prefilled once per device and its cache shared by
-        its G rows (see `generate`) when P is divisible by num_devices; otherwise the prompts are
-        repeated G times on the host first (the same rows, G times the prefill), as they are when
-        the host_threads chunks would split a group. Either way the samples equal those of the
-        prompts repeated G times on the host.
+      samples_per_prompt: G >= 1. Each prompt is prefilled once and its KV cache copied to its G
+        rows (`decode.generate`); when the host-thread chunks would split a prompt's group, or
+        several processes' prompts do not split over the batch axes, the prompts are repeated
+        G times on the host instead (G times the prefill). Either way the samples equal those
+        of the prompts repeated G times.
     Returns:
-      Rollout of numpy arrays, B = P * G rows (row p * G + g: sample g of prompt p), prompt width =
-      the bucket Tp was padded to.
+      Rollout of numpy arrays, this process's P * G rows (row p * G + g: sample g of prompt p;
+      with H processes rows h * P * G .. of the global batch are process h's), prompt width
+      = the bucket Tp was padded to; num_steps is the decode loop's count for the whole batch
+      (for the row's chunk with host_threads).
     Raises:
-      ValueError: if B is not divisible by num_devices, samples_per_prompt < 1, Tp exceeds the
-        largest bucket, shapes disagree, `check_prompts` rejects the prompts (right padding, an
-        empty row, an id outside the vocabulary), or replicated params do not have a leading axis
-        of size num_devices.
+      ValueError: B not divisible by num_devices (`parallel.data.global_batch`'s errors with
+        several processes), samples_per_prompt not an int >= 1, Tp above the largest bucket,
+        shapes that disagree, prompts `decode.check_prompts` rejects (right padding, an empty
+        row, an id outside the vocabulary), or sampling not a SamplingConfig.
     """
     sampling = self.sampling if sampling is None else sampling
-    n = self.num_devices
+    if not isinstance(sampling, SamplingConfig):
+      raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    parts, processes = self.num_devices, self._processes
+    parts_name = f"the mesh's batch parallelism (data x fsdp = {parts})"
     prompt_tokens, prompt_mask, group = checked_batch(
-        prompt_tokens, prompt_mask, self.model_config.vocab_size, samples_per_prompt, n,
-        f"the number of devices ({n})")
-    num_prompts = prompt_tokens.shape[0]
-    if params_replicated:
-      bad = [x.shape for x in jax.tree.leaves(params) if x.ndim < 1 or x.shape[0] != n]
-      if bad:
-        raise ValueError(f"params_replicated=True needs a leading axis of size {n} on every leaf, "
-                         f"got shapes like {bad[0]}")
-    # Chunks split the rows as they would split the prompts repeated G times (same keys, same
-    # samples). Every (device, chunk) part must hold whole groups to share their prefill;
-    # otherwise the prompts are repeated here.
-    chunks = max(c for c in range(1, self.host_threads + 1) if (num_prompts * group // n) % c == 0)
-    if num_prompts % (n * chunks):
-      prompt_tokens, prompt_mask = (np.repeat(x, group, axis=0) for x in (prompt_tokens, prompt_mask))
-      group = 1
+        prompt_tokens, prompt_mask, self.model_config.vocab_size, samples_per_prompt,
+        parts if processes == 1 else 1, parts_name)
+    num_prompts = prompt_tokens.shape[0] * processes  # of the global batch
+    if num_prompts * group % parts:
+      raise ValueError(f"batch size B={num_prompts * group} ({processes} processes x prompts x "
+                       f"samples_per_prompt) must be divisible by {parts_name}")
+    chunks = max(c for c in range(1, self.host_threads + 1)
+                 if num_prompts * group % (parts * c) == 0)
+    # A chunk must hold whole groups to share their prefill, and prompts from several processes
+    # must split over the batch axes (they cannot be replicated): else repeat them here.
+    if num_prompts % chunks or (processes > 1 and num_prompts % parts):
+      prompt_tokens, prompt_mask = (np.repeat(x, group, axis=0)
+                                    for x in (prompt_tokens, prompt_mask))
+      num_prompts, group = num_prompts * group, 1
     tokens, mask = pad_to_bucket(prompt_tokens, prompt_mask, self.prompt_buckets, self.pad_id)
-    prompts = tokens.shape[0]
-    chunk_prompts = prompts // chunks
-    shard = lambda x: x.reshape((n, chunk_prompts // n) + x.shape[1:])  # noqa: E731
+    fn = self._function(params, sampling, group, (num_prompts // chunks) % parts == 0)
+    params = jax.tree.map(_placed, params, self.param_shardings)
+    chunk_rows = tokens.shape[0] // chunks  # this process's prompt rows per chunk
 
     def run(c):
-      chunk = slice(c * chunk_prompts, (c + 1) * chunk_prompts)
+      rows = slice(c * chunk_rows, (c + 1) * chunk_rows)
+      chunk_tokens, chunk_mask = tokens[rows], mask[rows]
+      if processes > 1:  # this process's rows of the global batch
+        placed = global_batch({"tokens": chunk_tokens, "mask": chunk_mask}, self.mesh)
+        chunk_tokens, chunk_mask = placed["tokens"], placed["mask"]
       key = rng if chunks == 1 else jax.random.fold_in(rng, c)
-      out = self._generate[params_replicated](params, shard(tokens[chunk]), shard(mask[chunk]), key,
-                                              sampling, group)
-      return map_rollout(lambda x: np.asarray(x).reshape((chunk_prompts * group,) + x.shape[2:]),
-                         out)  # waits
+      out = fn(params, chunk_tokens, chunk_mask, key)
+      return map_rollout(local_rows, out)  # waits
 
-    signature = (params_replicated, tokens.shape, sampling, chunks, group)
+    signature = (sampling, group, chunks, tokens.shape)
+    # Concurrent chunks: XLA:CPU runs one decode loop on about one core, the others idle.
     if chunks == 1 or signature not in self._compiled:  # compile on this thread first
-      parts = [run(c) for c in range(chunks)]
+      outs = [run(c) for c in range(chunks)]
       self._compiled.add(signature)
     else:
-      parts = list(self._pool.map(run, range(chunks)))
-    return map_rollout(lambda *fields: np.concatenate(fields), *parts)
+      outs = list(self._pool.map(run, range(chunks)))
+    return outs[0] if chunks == 1 else map_rollout(lambda *fields: np.concatenate(fields), *outs)

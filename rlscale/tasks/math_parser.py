@@ -8,8 +8,7 @@ must be on a whitelist (digits, ASCII letters, `+-*/^()[]{},=%`, `\\frac`, `\\sq
 a `ParseError`. Sizes are bounded before sympy does any arithmetic: at most `MAX_TOKENS` tokens,
 `MAX_DIGITS` digits per number, nesting depth `MAX_DEPTH`, numeric exponents of magnitude at most
 `MAX_EXPONENT` and exact integer powers of at most `MAX_POWER_BITS` bits, so `9^9^9^9` is refused
-before it is computed. (The verifier additionally runs this in a worker process with a hard time
-limit.)
+before it is computed (and the verifier runs this in a worker process with a hard time limit).
 
 Conventions: implicit multiplication (`2x`, `2\\sqrt{2}`, `(x+1)(x-1)`, `xy`) except before a
 number, and except `f(...)`, `g(...)`, `h(...)`, `F`, `G`, `H`, `P`, `Q`, `W` before a bracket,

@@ -43,23 +43,38 @@ def compile_lowered(lowered, options: Mapping[str, Any]):
     return lowered.compile()
 
 
+def effective_options(options: Optional[Mapping[str, Any]],
+                      devices: Optional[Sequence[Any]] = None) -> dict[str, Any]:
+  """The XLA options `with_cpu_compiler_options` applies for `devices`: dict(options) when they
+  are CPUs in a single-process run, else {} (GPU/TPU; several processes keep XLA's defaults, as
+  before the mesh: the ahead-of-time path is not tested across processes).
+
+  Args: options: XLA debug options or None. devices: the devices (default: jax.devices())."""
+  platform = (devices[0] if devices else jax.devices()[0]).platform
+  if not options or platform != "cpu" or jax.process_count() > 1:
+    return {}
+  return dict(options)
+
+
 def with_cpu_compiler_options(fn: Callable, options: Optional[Mapping[str, Any]],
                               devices: Optional[Sequence[Any]] = None) -> Callable:
-  """`fn` (a jitted or pmapped function) compiled with XLA `options` when its devices are CPUs.
+  """`fn` (a jitted function, e.g. with in / out shardings over a mesh) compiled with XLA
+  `options` when its devices are CPUs (`effective_options`).
 
   Args:
-    fn: a function with `.lower(*args)` (jax.jit / jax.pmap result); donation and the pmap axis
-      are kept, since the lowering carries them.
+    fn: a `jax.jit` result (anything with `.lower(*args)`); donation and shardings are kept,
+      since the lowering carries them.
     options: XLA debug options, e.g. CPU_UPDATE_OPTIONS; None or {} returns fn unchanged.
-    devices: the devices fn runs on (default: jax.devices()); options apply only when they are
-      CPUs, so GPU/TPU runs use fn as it is, and only in a single-process run (an ahead-of-time
-      pmap executable expects the global [D_all, ...] arrays, not one process's local part).
+    devices: the devices fn runs on (a mesh's `list(mesh.devices.flat)`; default:
+      jax.devices()); options apply only when they are CPUs and the run has one process, else fn
+      is returned as it is.
 
   Returns: a callable with fn's signature (positional arguments only) that compiles once per
   input signature (structure, shapes, dtypes), counted by JAX's compile events like any compile.
+  Its `compiled` attribute holds the executables made so far.
   """
-  platform = (devices[0] if devices else jax.devices()[0]).platform
-  if not options or platform != "cpu" or jax.process_count() > 1:
+  options = effective_options(options, devices)
+  if not options:
     return fn
   compiled = {}
 

@@ -8,13 +8,14 @@ Two tools, for two questions:
   machine's memory before a run starts. They are estimates from below: XLA's temporaries, the
   attention scores, the MLP's intermediates and fragmentation come on top, so a run they pass may
   still not fit, but a run they refuse cannot.
-- `update_step_memory` lowers and compiles the pmapped update step of `update.make_update_fn` for
-  abstract inputs (shapes and dtypes only: no parameters are initialised, nothing is executed)
-  and reads XLA's `memory_analysis()` of the per-device executable. That is how a config's
-  memory is checked on a laptop CPU before it is sent to an accelerator: the buffer assignment of
-  the CPU backend is not the GPU's, but the big terms (logits, activations kept for the backward
-  pass, gradients and optimizer temporaries) are the same arrays on every backend. It takes a
-  compile (seconds to minutes), so it is a tool for sizing, not a check run before every run.
+- `update_step_memory` lowers and compiles the update step that `update_fn.make_update_fn` jits
+  over a mesh (one device by default), for abstract inputs (shapes, dtypes and shardings only: no
+  parameters are initialised, nothing is executed), and reads XLA's `memory_analysis()` of the
+  per-device program. That is how a config's memory is checked on a laptop CPU before it is sent
+  to an accelerator: the buffer assignment of the CPU backend is not the GPU's, but the big terms
+  (logits, activations kept for the backward pass, gradients and optimizer temporaries) are the
+  same arrays on every backend. It takes a compile (seconds to minutes), so it is a tool for
+  sizing, not a check run before every run.
 """
 
 from __future__ import annotations
@@ -26,11 +27,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jax.sharding import NamedSharding, PartitionSpec
+
 from rlscale.model.config import DTYPES, ModelConfig
-from rlscale.model.transformer import init_params
+from rlscale.parallel.data import batch_sharding
+from rlscale.parallel.mesh import make_mesh, mesh_config
+from rlscale.rl.presets import resolve_rl_config
 from rlscale.train import update as update_lib
 from rlscale.train.compile_options import compile_lowered
-from rlscale.train.state import create_train_state, critic_params_from_policy
+from rlscale.train.state import abstract_train_state
+from rlscale.train.update_fn import make_update_fn
 
 GIB = 2 ** 30
 FLOAT32_BYTES = 4
@@ -91,7 +97,8 @@ def host_rollout_bytes(rows: int, prompt_tokens: int, response_tokens: int) -> i
 
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
-  """Bytes XLA assigns to one device's update-step executable (`CompiledMemoryStats`).
+  """Bytes XLA assigns to one device's part of the update-step executable
+  (`CompiledMemoryStats` of the SPMD program: the same on every device of the mesh).
 
   Attributes:
     temp_bytes: temporaries (activations, logits, gradients, optimizer intermediates).
@@ -119,11 +126,17 @@ class StepMemory:
 
 
 def abstract_batch(rl_cfg, batch_size: int, prompt_len: int, response_len: int,
-                   num_devices: int = 1) -> dict[str, jax.ShapeDtypeStruct]:
-  """Shapes of an update batch ([D, b, ...] with b = batch_size / D) for `rl_cfg` (the keys
-  `update.check_batch` requires; per-token advantages for a critic, per-response otherwise)."""
-  b, t, tr = batch_size // num_devices, prompt_len + response_len, response_len
-  spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct((num_devices,) + shape, dtype)  # noqa: E731
+                   mesh=None) -> dict[str, jax.ShapeDtypeStruct]:
+  """Shapes of a global update batch for `rl_cfg` (the keys `update.check_batch` requires;
+  per-token advantages for a critic, per-response otherwise): tokens, input_mask [B, Tp + Tr]
+  int32, response_mask [B, Tr] int32, the rest float32, B = batch_size. With `mesh`, each carries
+  the rows' sharding (`parallel.data.batch_sharding`)."""
+  b, t, tr = batch_size, prompt_len + response_len, response_len
+
+  def spec(*shape, dtype=jnp.float32):
+    sharding = None if mesh is None else batch_sharding(mesh, len(shape))
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
   batch = {"tokens": spec(b, t, dtype=jnp.int32), "input_mask": spec(b, t, dtype=jnp.int32),
            "response_mask": spec(b, tr, dtype=jnp.int32), "old_logp": spec(b, tr)}
   if update_lib.uses_critic(rl_cfg):
@@ -137,37 +150,38 @@ def abstract_batch(rl_cfg, batch_size: int, prompt_len: int, response_len: int,
 
 def update_step_memory(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientTransformation,
                        *, batch_size: int, prompt_len: int, response_len: int,
-                       critic_optimizer: Optional[optax.GradientTransformation] = None
-                       ) -> StepMemory:
-  """Compiles the update step for one device and `batch_size` rows of prompt_len + response_len
-  tokens (abstract inputs only, with the XLA options the runner's step gets) and returns its
-  `StepMemory`.
+                       critic_optimizer: Optional[optax.GradientTransformation] = None,
+                       mesh=None) -> StepMemory:
+  """Compiles the update step for `batch_size` global rows of prompt_len + response_len tokens
+  over `mesh` (abstract inputs only, with the XLA options the runner's step gets) and returns the
+  per-device `StepMemory`.
 
   Args:
     model_config: the policy (its dtype, param_dtype and remat are what gets compiled).
-    rl_cfg: a resolved `rl` section (microbatches, epochs, minibatches, the loss).
-    optimizer / critic_optimizer: as for `update.make_update_fn`.
-    batch_size, prompt_len, response_len: the per-device batch b and Tp, Tr in tokens.
+    rl_cfg: an `rl` section (microbatches, epochs, minibatches, the loss; resolved and validated
+      by `make_update_fn`).
+    optimizer / critic_optimizer: as for `update_fn.make_update_fn`.
+    batch_size, prompt_len, response_len: the global rows B and Tp, Tr in tokens.
+    mesh: a `parallel.mesh.make_mesh` Mesh; default the mesh {data: 1} over the first local
+      device.
 
-  Raises: ValueError from `make_update_fn` for an invalid rl config.
+  Raises: ValueError from `make_update_fn` for an invalid rl config or mesh.
   """
-  device = jax.local_devices()[:1]
-  fn = update_lib.make_update_fn(model_config, rl_cfg, optimizer,
-                                 critic_optimizer=critic_optimizer, devices=device)
-
-  def abstract_state():
-    params = init_params(model_config, jax.random.key(0))
-    critic = None
-    if update_lib.uses_critic(rl_cfg):
-      critic = critic_params_from_policy(params, model_config, jax.random.key(1))
-    return create_train_state(params, optimizer, critic_params=critic,
-                              critic_optimizer=critic_optimizer or (optimizer if critic else None))
-
-  state = jax.tree.map(lambda x: jax.ShapeDtypeStruct((1,) + x.shape, x.dtype),
-                       jax.eval_shape(abstract_state))
-  batch = abstract_batch(rl_cfg, batch_size, prompt_len, response_len)
-  rng = jax.ShapeDtypeStruct((1,), jax.eval_shape(lambda: jax.random.key(0)).dtype)
-  lowered = fn.pmapped.lower(state, batch, rng)
+  if mesh is None:
+    mesh = make_mesh(mesh_config(), jax.local_devices()[:1])
+  fn = make_update_fn(model_config, rl_cfg, optimizer, mesh, critic_optimizer=critic_optimizer)
+  rl = resolve_rl_config(rl_cfg)
+  critic = update_lib.uses_critic(rl)
+  abstract = abstract_train_state(model_config, optimizer, critic=critic,
+                                  critic_optimizer=critic_optimizer)
+  state = jax.tree.map(
+      lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+      abstract, fn.state_shardings)
+  batch = abstract_batch(rl, batch_size, prompt_len, response_len, mesh)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  rng = jax.ShapeDtypeStruct((), jax.eval_shape(lambda: jax.random.key(0)).dtype,
+                             sharding=replicated)
+  lowered = fn.jitted(batch).lower(state, batch, rng)
   stats = compile_lowered(lowered, fn.compiler_options).memory_analysis()
   return StepMemory(temp_bytes=int(stats.temp_size_in_bytes),
                     argument_bytes=int(stats.argument_size_in_bytes),

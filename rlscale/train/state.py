@@ -1,8 +1,9 @@
-"""TrainState: everything the update step changes, as one pytree that pmap replicates and orbax saves.
+"""TrainState: everything the update step changes, as one pytree that the mesh shards and orbax
+saves; its shardings over a mesh (`state_shardings`), derived once from its abstract shapes.
 
-The frozen reference policy is not part of the state: its log-probabilities (`ref_logp`) are computed
-by the runner with `update.make_logp_fn` and passed in the batch, so the state, its checkpoints and
-the donated buffers hold only what training changes.
+The frozen reference policy is not part of the state: its log-probabilities (`ref_logp`) are
+computed by the runner with `train.passes.make_logp_fn` and passed in the batch, so the state, its
+checkpoints and the donated buffers hold only what training changes.
 
 PPO's critic is the same architecture as the policy with `value_head=True`, kept as a separate
 parameter tree with its own optimizer state (`critic_params`, `critic_opt_state`; None otherwise): a
@@ -20,7 +21,9 @@ import jax.numpy as jnp
 import optax
 
 from rlscale.model.config import ModelConfig
-from rlscale.model.transformer import init_params
+from rlscale.model.transformer import init_params, param_shardings
+from rlscale.parallel import rules as rules_lib
+from rlscale.parallel.shardings import REPLICATED_TOLERANCE, check_sufficiently_sharded
 
 
 @flax.struct.dataclass
@@ -51,7 +54,8 @@ def init_optimizer_state(optimizer: optax.GradientTransformation, params):
 def create_train_state(params, optimizer: optax.GradientTransformation, *,
                        critic_params=None,
                        critic_optimizer: Optional[optax.GradientTransformation] = None) -> TrainState:
-  """A fresh (unreplicated) TrainState at step 0.
+  """A fresh TrainState at step 0 (arrays as given: place it on a mesh with
+  `parallel.shardings.put_on_mesh(state, fn.state_shardings)`).
 
   Args:
     params: policy parameters. optimizer: the policy's optax transformation.
@@ -80,3 +84,42 @@ def critic_params_from_policy(policy_params, model_config: ModelConfig, rng: jax
   head (zero kernel, so V = 0 at the start) from `rng`. The usual start for LLM PPO critics."""
   value_head = init_params(critic_config(model_config), rng)["value_head"]
   return {**jax.tree.map(jnp.copy, dict(policy_params)), "value_head": value_head}
+
+
+def abstract_train_state(model_config: ModelConfig, optimizer: optax.GradientTransformation, *,
+                         critic: bool = False,
+                         critic_optimizer: Optional[optax.GradientTransformation] = None):
+  """`jax.eval_shape` of a fresh TrainState (params of `init_params`, the optimizer state, the
+  PPO critic when `critic`, its optimizer `critic_optimizer` or `optimizer`): a TrainState of
+  ShapeDtypeStruct leaves (float32 optimizer moments, parameters in model_config.param_dtype),
+  nothing allocated."""
+
+  def init():
+    params = init_params(model_config, jax.random.key(0))
+    critic_params = (critic_params_from_policy(params, model_config, jax.random.key(1))
+                     if critic else None)
+    return create_train_state(params, optimizer, critic_params=critic_params,
+                              critic_optimizer=(critic_optimizer or optimizer) if critic else None)
+
+  return jax.eval_shape(init)
+
+
+def state_shardings(model_config: ModelConfig, optimizer: optax.GradientTransformation, mesh, *,
+                    critic: bool = False,
+                    critic_optimizer: Optional[optax.GradientTransformation] = None,
+                    rules=rules_lib.DEFAULT_RULES, check: bool = True,
+                    tolerance: float = REPLICATED_TOLERANCE):
+  """(abstract TrainState, its NamedShardings) over `mesh` (a Mesh or AbstractMesh): derived once
+  from `abstract_train_state` by `transformer.param_shardings` (the parameter table
+  `transformer.PARAM_LOGICAL_AXES` and `rules`; Adam's moments follow their parameters, scalars
+  are replicated); with `check`, refused by `parallel.shardings.check_sufficiently_sharded` when
+  the mesh has fsdp > 1 and leaves more than `tolerance` of the bytes replicated along it.
+
+  Raises: ValueError from `param_shardings` (a rule of the wrong rank, an unknown mesh axis) or
+    `check_sufficiently_sharded` (one line: the replicated share and the largest arrays)."""
+  abstract = abstract_train_state(model_config, optimizer, critic=critic,
+                                  critic_optimizer=critic_optimizer)
+  shardings = param_shardings(abstract, mesh, rules=rules)
+  if check:
+    check_sufficiently_sharded(abstract, shardings, mesh, tolerance=tolerance)
+  return abstract, shardings

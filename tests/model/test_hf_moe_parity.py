@@ -13,7 +13,7 @@ import pytest
 from rlscale.model import hf_checkpoint as hc
 from rlscale.model import moe
 from rlscale.model import transformer as tfm
-from rlscale.sampler.sampler import generate
+from rlscale.sampler.decode import generate
 from rlscale.sampler.strategies import SamplingConfig
 
 torch = pytest.importorskip("torch", reason="parity tests need the hf extra (torch)")

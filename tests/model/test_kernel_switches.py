@@ -10,7 +10,7 @@ import pytest
 from rlscale.model import init_params
 from rlscale.model.config import ModelConfig, resolve_impl
 from rlscale.model.transformer import forward
-from rlscale.sampler.sampler import generate
+from rlscale.sampler.decode import generate
 from rlscale.sampler.strategies import SamplingConfig
 
 BASE = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,

@@ -5,8 +5,8 @@ JAX starts: XLA_FLAGS=--xla_force_host_platform_device_count=8).
 
 For a tiny MoE policy (E = 8, top-2) on meshes with an `expert` axis: the forward's logits and
 the gradients of a loss with the load-balancing term, jitted over the mesh with the parameters
-sharded by `rules.EXPERT_RULES`, against one device; and one sharded update step
-(`make_sharded_update_fn`) against the one-device pmap step. Prints one JSON line: per case the
+sharded by `rules.EXPERT_RULES`, against one device; and one update step jitted over the mesh
+(`update_fn.make_update_fn`) against the step jitted on one device. Prints one JSON line: per case the
 largest absolute and relative differences and the expert kernels' per-device shard shape.
 """
 
@@ -24,10 +24,9 @@ from rlscale.parallel import data as data_lib
 from rlscale.parallel import mesh as mesh_lib
 from rlscale.parallel import rules as rules_lib
 from rlscale.parallel import shardings as shardings_lib
-from rlscale.parallel import update as parallel_update
 from rlscale.rl.advantages import compute_batch_advantages
-from rlscale.train import state as state_lib
-from rlscale.train import update as update_lib
+from rlscale.train import passes
+from rlscale.train import update_fn
 from tests.train import update_problem as problem
 
 MODEL = ModelConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -48,11 +47,8 @@ CASES = {  # name: ((data, fsdp, tensor, expert), dispatch)
 def _host_batch(rl, model, params):
   host = problem.rollout_batch(rl.prompts_per_step * rl.group_size)
   rewards = host.pop("rewards")
-  device = jax.devices()[:1]
-  logp_fn = update_lib.make_logp_fn(model, rl.temperature, devices=device)
-  host["old_logp"] = np.asarray(logp_fn(update_lib.replicate(params, device),
-                                        update_lib.shard_batch(host, 1))).reshape(
-                                            host["response_mask"].shape)
+  logp_fn = passes.make_logp_fn(model, rl.temperature, problem.one_device_mesh(), None)
+  host["old_logp"] = np.asarray(logp_fn(params, host))
   host.update({k: np.asarray(v) for k, v in compute_batch_advantages(
       rl, rewards, host["response_mask"], old_logp=host["old_logp"]).items()})
   return host
@@ -106,16 +102,14 @@ def compare() -> dict:
     grads = in_mesh(jax.grad(loss))(sharded_params, batch["tokens"], batch["input_mask"])
     kernel = sharded_params["layers_1"]["mlp"]["experts"]["gate_proj"]
 
-    # The sharded update step against the one-device pmap step.
+    # The update step on the mesh against the step on one device.
     tx = problem.make_optimizer(rl)
-    device = jax.devices()[:1]
-    ref_fn = update_lib.make_update_fn(model, rl, tx, devices=device)
-    ref_state = update_lib.replicate(state_lib.create_train_state(params, tx), device)
-    _, ref_metrics = ref_fn(ref_state, update_lib.shard_batch(host, 1), jax.random.key(1))
-    fn = parallel_update.make_sharded_update_fn(model, rl, tx, mesh)
-    state = shardings_lib.put_on_mesh(state_lib.create_train_state(params, tx), fn.state_shardings)
+    ref_fn = update_fn.make_update_fn(model, rl, tx, problem.one_device_mesh())
+    _, ref_metrics = ref_fn(problem.placed_state(ref_fn, params, tx), host, jax.random.key(1))
+    fn = update_fn.make_update_fn(model, rl, tx, mesh)
+    state = problem.placed_state(fn, params, tx)
     _, metrics = fn(state, data_lib.global_batch(host, mesh), jax.random.key(1))
-    metric_rel = {k: abs(float(metrics[k]) - float(ref_metrics[k][0])) / max(abs(float(ref_metrics[k][0])), 1e-30)
+    metric_rel = {k: abs(float(metrics[k]) - float(ref_metrics[k])) / max(abs(float(ref_metrics[k])), 1e-30)
                   for k in ("loss", "grad_norm", "moe/aux_loss", "moe/expert_load_max")}
     state_kernel = fn.state_shardings.params["layers_1"]["mlp"]["experts"]["gate_proj"]
     results[name] = {

@@ -8,8 +8,8 @@ starts: XLA_FLAGS=--xla_force_host_platform_device_count=8).
       process passing only its own half of the rows; saves the parameters after two steps and the
       last loss to OUT (.npz).
 
-Runs two update steps of the shared tiny problem (tests/train/update_problem.py) with the jitted
-global-view step on each mesh and with the one-device pmap step, and prints one JSON line: per
+Runs two update steps of the shared tiny problem (tests/train/update_problem.py) with the update
+step jitted over each mesh and over the one-device mesh {data: 1}, and prints one JSON line: per
 case the relative differences of loss, gradients (recorded by the optimizer) and metrics after the
 first step, the largest parameter difference after the second, whether every state leaf kept its
 sharding, and the rows each device holds of the batch.
@@ -27,10 +27,7 @@ from jax.experimental import multihost_utils
 
 from rlscale.parallel import data as data_lib
 from rlscale.parallel import mesh as mesh_lib
-from rlscale.parallel import shardings as shardings_lib
-from rlscale.parallel import update as parallel_update
-from rlscale.train import state as state_lib
-from rlscale.train import update as update_lib
+from rlscale.train import update_fn
 from tests.timeouts import hang_timeout
 from tests.train import update_problem as problem
 
@@ -50,6 +47,9 @@ REMAT_CASES = {  # name: (algorithm, rl fields, (data, fsdp, tensor), model fiel
     "mesh122_remat_checkpoint": ("grpo", {"kl_coef": 0.1}, (1, 2, 2),
                                  {"remat": True, "remat_impl": "checkpoint"}),
 }
+
+
+LOSS_FLOOR = 0.01  # see "loss" in `compare`
 
 
 class Recorded(NamedTuple):
@@ -76,15 +76,13 @@ def _host(tree):
 
 
 def _reference(rl, tx, params, critic, host, model):
-  """Per step (state after it on the host, metrics) of the one-device pmap step."""
-  device = jax.devices()[:1]
-  fn = update_lib.make_update_fn(model, rl, tx, devices=device)
-  state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic), device)
-  batch = update_lib.shard_batch(host, 1)
+  """Per step (state after it on the host, metrics) of the step jitted on one device."""
+  fn = update_fn.make_update_fn(model, rl, tx, problem.one_device_mesh())
+  state = problem.placed_state(fn, params, tx, critic)
   out = []
   for i in range(2):
-    state, metrics = fn(state, batch, jax.random.key(100 + i))
-    out.append((_host(update_lib.unreplicate(state)), {k: float(v[0]) for k, v in _host(metrics).items()}))
+    state, metrics = fn(state, host, jax.random.key(100 + i))
+    out.append((_host(state), {k: float(v) for k, v in _host(metrics).items()}))
   return out
 
 
@@ -93,9 +91,8 @@ def _sharded(rl, tx, params, critic, host, shape, model):
   state kept its shardings, and the batch rows per device."""
   devices = jax.devices()[:int(np.prod(shape))]
   mesh = mesh_lib.make_mesh(mesh_lib.mesh_config(*shape), devices)
-  fn = parallel_update.make_sharded_update_fn(model, rl, tx, mesh)
-  state = shardings_lib.put_on_mesh(state_lib.create_train_state(params, tx, critic_params=critic),
-                                    fn.state_shardings)
+  fn = update_fn.make_update_fn(model, rl, tx, mesh)
+  state = problem.placed_state(fn, params, tx, critic)
   batch = data_lib.global_batch(host, mesh)
   out, kept = [], True
   for i in range(2):
@@ -126,7 +123,7 @@ def compare() -> dict:
     rl = problem.rl_config(algorithm, **fields)
     tx = recording(problem.make_optimizer(rl))
     params, critic = problem.initial_params(rl)
-    host = problem.host_batch(rl, params, critic, devices=jax.devices()[:1])
+    host = problem.host_batch(rl, params, critic)
     key = (algorithm, tuple(sorted(fields.items())))
     if key not in references:
       references[key] = _reference(rl, tx, params, critic, host, problem.MODEL)
@@ -137,7 +134,10 @@ def compare() -> dict:
     (run1, run_m1), (run2, _) = run
     results[name] = {
         "mesh": list(shape),
-        "loss": abs(run_m1["loss"] - ref_m1["loss"]) / abs(ref_m1["loss"]),
+        # Relative to max(|loss|, 0.01): the loss sums per-token terms of order 1 that nearly
+        # cancel (group-centred advantages; a shuffled minibatch's loss is about -0.002), so
+        # float32 rounding leaves an absolute error of about 1e-7, whatever the loss's size.
+        "loss": abs(run_m1["loss"] - ref_m1["loss"]) / max(abs(ref_m1["loss"]), LOSS_FLOOR),
         "grads": _rel_norm(run1.opt_state[0].grads, ref1.opt_state[0].grads),
         "metrics": max(abs(run_m1[k] - ref_m1[k]) / max(abs(ref_m1[k]), 1.0) for k in ref_m1),
         "metric_keys_equal": sorted(run_m1) == sorted(ref_m1),
@@ -152,20 +152,20 @@ TWO_PROCESS_MESH = (2, 2, 1)  # data, fsdp, tensor over 2 processes x 2 devices
 
 
 def run_process(process_id: int, port: int, out: str) -> None:
-  """One process of the two-process test: the sharded step on TWO_PROCESS_MESH, this process's
+  """One process of the two-process test: the step on TWO_PROCESS_MESH, this process's
   rows only (`data_lib.global_batch`); params (gathered from both processes) and loss to `out`."""
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                              process_id=process_id, initialization_timeout=int(hang_timeout(30)))
   rl = problem.rl_config("grpo", kl_coef=0.1)
   tx = problem.make_optimizer(rl)
   params, critic = problem.initial_params(rl)
-  host = problem.host_batch(rl, params, critic, devices=jax.local_devices()[:1])
+  host = problem.host_batch(rl, params, critic, mesh=mesh_lib.make_mesh(
+      mesh_lib.mesh_config(), jax.local_devices()[:1]))
   half = len(host["tokens"]) // 2
   mine = {k: v[process_id * half:(process_id + 1) * half] for k, v in host.items()}
   mesh = mesh_lib.make_mesh(mesh_lib.mesh_config(*TWO_PROCESS_MESH), jax.devices())
-  fn = parallel_update.make_sharded_update_fn(problem.MODEL, rl, tx, mesh)
-  state = shardings_lib.put_on_mesh(state_lib.create_train_state(params, tx, critic_params=critic),
-                                    fn.state_shardings)
+  fn = update_fn.make_update_fn(problem.MODEL, rl, tx, mesh)
+  state = problem.placed_state(fn, params, tx, critic)
   batch = data_lib.global_batch(mine, mesh)
   for i in range(2):
     state, metrics = fn(state, batch, jax.random.key(100 + i))

@@ -1,4 +1,5 @@
-"""Host batch rows -> global arrays on the mesh (one process)."""
+"""Host batch rows -> global arrays on the mesh and back (one process; several: the two-process
+tests of tests/train/test_update_distributed.py and tests/parallel/test_sharded_update.py)."""
 
 import numpy as np
 import pytest
@@ -22,3 +23,12 @@ def test_global_batch_errors():
     data.global_batch({"tokens": np.zeros((12, 3))}, mesh)
   with pytest.raises(ValueError, match="same leading row count"):
     data.global_batch({"tokens": np.zeros((8, 3)), "advantages": np.zeros(4)}, mesh)
+
+
+def test_local_rows_and_processes_in_one_process():
+  mesh = mesh_lib.make_mesh(mesh_lib.mesh_config())
+  assert data.mesh_processes(mesh) == 1
+  assert data.mesh_processes(AbstractMesh((2, 4, 1), ("data", "fsdp", "tensor"))) == 1
+  rows = {"tokens": np.arange(12, dtype=np.int32).reshape(4, 3)}
+  np.testing.assert_array_equal(data.local_rows(data.global_batch(rows, mesh)["tokens"]),
+                                rows["tokens"])

@@ -6,8 +6,8 @@ JAX starts: XLA_FLAGS=--xla_force_host_platform_device_count=4).
 1. `Checkpointer` alone: a TrainState sharded on {data: 2, fsdp: 2} saved, restored onto
    {fsdp: 2, tensor: 2}: whether every leaf equals the saved one and carries the target sharding.
 2. The runner: an uninterrupted 4-step run on {fsdp: 2, tensor: 2} (the reference); runs stopped
-   after 2 steps on {data: 4} (the pmap path, host arrays saved) and on {data: 2, fsdp: 2} (a
-   sharded save), each resumed on {fsdp: 2, tensor: 2} to step 4. Per resumed run: the step-2
+   after 2 steps on {data: 4} and on {data: 2, fsdp: 2} (sharded saves), each resumed on
+   {fsdp: 2, tensor: 2} to step 4. Per resumed run: the step-2
    checkpoint read onto {fsdp: 2, tensor: 2} (`restored_step2`), the largest differences of the
    resumed steps' metrics (non-time fields) from the reference's, whether their integer fields
    (tokens, lengths, widths, counters) are equal, and the largest difference of the final
@@ -23,12 +23,14 @@ import jax
 import numpy as np
 
 from rlscale.model import load_hf_checkpoint
+from rlscale.model.transformer import param_shardings
 from rlscale.parallel import mesh as mesh_lib
 from rlscale.parallel import shardings as shardings_lib
 from rlscale.runner.checkpoints import Checkpointer, savable
 from rlscale.runner.loop import train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
 from rlscale.train.optimizer import make_optimizer
+from rlscale.train import state as state_lib
 from rlscale.train.state import create_train_state
 from tests.runner.runner_configs import comparable, multihost_config
 
@@ -48,8 +50,8 @@ def checkpointer_case(workdir):
   # Moments that are not zero, so a misplaced shard would show.
   host = jax.tree.map(lambda x: x + 0.5 if np.issubdtype(np.asarray(x).dtype, np.floating) else x, host)
   saving, loading = mesh_of(2, 2, 1), mesh_of(1, 2, 2)
-  _, save_shardings = shardings_lib.state_shardings(config, optimizer, saving)
-  _, load_shardings = shardings_lib.state_shardings(config, optimizer, loading)
+  _, save_shardings = state_lib.state_shardings(config, optimizer, saving)
+  _, load_shardings = state_lib.state_shardings(config, optimizer, loading)
   placed = shardings_lib.put_on_mesh(host, save_shardings)
   checkpointer = Checkpointer(os.path.join(workdir, "ckpt"), keep=1)
   checkpointer.save(1, placed, {"step": 1})
@@ -70,35 +72,32 @@ def checkpointer_case(workdir):
 
 
 def forward_case():
-  """The sharded log-prob and value passes on {fsdp: 2, tensor: 2} and {data: 4} against the
-  one-device pmapped passes (`update.make_logp_fn` / `make_value_fn`), on the shared tiny update
-  problem (16 rows), microbatches 1 and 2: the largest |difference| of each."""
+  """The log-prob and value passes (`train.passes`) on {fsdp: 2, tensor: 2} and {data: 4}
+  against the same passes on one device ({data: 1}), on the shared tiny update problem (16 rows),
+  microbatches 1 and 2: the largest |difference| of each."""
   from rlscale.parallel import data as data_lib  # pylint: disable=g-import-not-at-top
-  from rlscale.parallel import forward as forward_lib  # pylint: disable=g-import-not-at-top
-  from rlscale.train import update as update_lib  # pylint: disable=g-import-not-at-top
+  from rlscale.train import passes  # pylint: disable=g-import-not-at-top
   from tests.train import update_problem as problem  # pylint: disable=g-import-not-at-top
   rl = problem.rl_config("ppo")
   params, critic = problem.initial_params(rl)
   rows = problem.rollout_batch(16, 0)
   rows.pop("rewards")
-  one = jax.local_devices()[:1]
+  one = problem.one_device_mesh()
   out = {}
   for microbatches in (1, 2):
-    reference_logp = np.asarray(update_lib.make_logp_fn(
-        problem.MODEL, 0.7, microbatches=microbatches, devices=one)(
-            update_lib.replicate(params, one), update_lib.shard_batch(rows, 1)))[0]
-    reference_values = np.asarray(update_lib.make_value_fn(
-        problem.MODEL, microbatches=microbatches, devices=one)(
-            update_lib.replicate(critic, one), update_lib.shard_batch(rows, 1)))[0]
+    reference_logp = np.asarray(passes.make_logp_fn(
+        problem.MODEL, 0.7, one, None, microbatches=microbatches)(params, rows))
+    reference_values = np.asarray(passes.make_value_fn(
+        problem.MODEL, one, None, microbatches=microbatches)(critic, rows))
     for name, shape in (("fsdp2_tensor2", (1, 2, 2)), ("data4", (4, 1, 1))):
       mesh = mesh_of(*shape)
-      param_shardings = shardings_lib.tree_shardings(params, mesh)
-      critic_shardings = shardings_lib.tree_shardings(critic, mesh)
+      policy_shardings = param_shardings(params, mesh)
+      critic_shardings = param_shardings(critic, mesh)
       batch = data_lib.global_batch(rows, mesh)
-      logp = forward_lib.make_sharded_logp_fn(problem.MODEL, 0.7, mesh, param_shardings,
-                                              microbatches=microbatches)(params, batch)
-      values = forward_lib.make_sharded_value_fn(problem.MODEL, mesh, critic_shardings,
-                                                 microbatches=microbatches)(critic, batch)
+      logp = passes.make_logp_fn(problem.MODEL, 0.7, mesh, policy_shardings,
+                                 microbatches=microbatches)(params, batch)
+      values = passes.make_value_fn(problem.MODEL, mesh, critic_shardings,
+                                    microbatches=microbatches)(critic, batch)
       out[f"{name}/micro{microbatches}"] = {
           "logp_max_abs": float(np.max(np.abs(np.asarray(logp) - reference_logp))),
           "values_max_abs": float(np.max(np.abs(np.asarray(values) - reference_values))),
@@ -119,8 +118,7 @@ def config_on(cache, mesh, **overrides):
 
 
 def restored_step2(run_dir, cache):
-  """The step-2 checkpoint of `run_dir` (saved on the first mesh: host arrays from the pmap path,
-  shards from a mesh) restored onto {fsdp: 2, tensor: 2} (the layout's ShapeDtypeStructs with
+  """The step-2 checkpoint of `run_dir` (saved sharded on the first mesh) restored onto {fsdp: 2, tensor: 2} (the layout's ShapeDtypeStructs with
   that mesh's shardings) and as host arrays: whether every leaf is equal, whether each is placed
   as asked, and the step the metadata names."""
   from rlscale.runner import builders  # pylint: disable=g-import-not-at-top

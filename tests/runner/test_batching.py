@@ -7,9 +7,8 @@ import pytest
 
 from rlscale.runner.batching import train_widths, trim_rollout, width_bucket
 from rlscale.runner.builders import build_run
-from rlscale.sampler.sampler import Rollout
-from rlscale.train import state as state_lib
-from rlscale.train import update as update_lib
+from rlscale.sampler.decode import Rollout
+from rlscale.train import update_fn as update_fn_lib
 from tests.runner.runner_configs import tiny_config
 from tests.train import update_problem as problem
 
@@ -77,10 +76,9 @@ def test_update_on_the_trimmed_width_equals_the_full_width(mode, norm, prompt_dr
   of the update on all columns (masked columns carry no loss, padding keys are masked out of
   attention, positions count real tokens only, and causal attention never looks right)."""
   rl = problem.rl_config("grpo", loss_agg_mode=mode, loss_agg_norm=norm)
-  devices = jax.local_devices()[:1]
   tx = problem.make_optimizer(rl)
   params, _ = problem.initial_params(rl)
-  host = problem.host_batch(rl, params, None, devices=devices)
+  host = problem.host_batch(rl, params, None)
   width = 3
   keep = (np.arange(problem.RESPONSE_LEN) < width).astype(np.int32)
   host["response_mask"] = host["response_mask"] * keep
@@ -95,11 +93,11 @@ def test_update_on_the_trimmed_width_equals_the_full_width(mode, norm, prompt_dr
   host.pop("ref_logp")
   results = []
   for batch in (host, trimmed):
-    fn = update_lib.make_update_fn(problem.MODEL, rl, tx, devices=devices)
-    state = update_lib.replicate(state_lib.create_train_state(params, tx), devices)
-    state, metrics = fn(state, update_lib.shard_batch(batch, 1), jax.random.key(0))
-    results.append((jax.device_get(update_lib.unreplicate(state.params)),
-                    {k: float(np.asarray(v)[0]) for k, v in jax.device_get(metrics).items()}))
+    fn = update_fn_lib.make_update_fn(problem.MODEL, rl, tx, problem.one_device_mesh())
+    state = problem.placed_state(fn, params, tx)
+    state, metrics = fn(state, batch, jax.random.key(0))
+    results.append((jax.device_get(state.params),
+                    {k: float(v) for k, v in jax.device_get(metrics).items()}))
   (full_params, full_metrics), (trim_params, trim_metrics) = results
   for a, b in zip(jax.tree.leaves(full_params), jax.tree.leaves(trim_params)):
     np.testing.assert_allclose(a, b, atol=1e-6)

@@ -12,11 +12,14 @@ import safetensors.numpy
 
 from rlscale.model.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from rlscale.model.transformer import init_params
+from rlscale.parallel.shardings import put_on_mesh
 from rlscale.runner import builders
 from rlscale.runner.builders import build_model, model_remat
 from rlscale.runner.run_dir import export_policy
 from rlscale.sampler.strategies import SamplingConfig
+from rlscale.train import passes
 from rlscale.train import update as update_lib
+from rlscale.train import update_fn as update_fn_lib
 from rlscale.train.optimizer import make_optimizer
 from rlscale.train.state import create_train_state
 from tests.runner.runner_configs import tiny_config
@@ -96,13 +99,14 @@ def test_bf16_hf_checkpoint_trains_float32_master_weights_and_exports_bf16(tmp_p
   tx = make_optimizer(config.optim, **update_lib.optimizer_args(rl, rl_steps=1))
   host = problem.rollout_batch(8)
   host.pop("rewards")
-  sharded = update_lib.shard_batch(host, 1)
-  replicated = update_lib.replicate(params)
-  sharded["old_logp"] = update_lib.make_logp_fn(model_config, rl.temperature)(replicated, sharded)
-  sharded["advantages"] = np.array([[1.0, -1.0] * 4], np.float32)
-  state = update_lib.replicate(create_train_state(params, tx))
-  state, _ = update_lib.make_update_fn(model_config, rl, tx)(state, sharded, jax.random.key(0))
-  new = jax.device_get(update_lib.unreplicate(state.params))
+  mesh = problem.one_device_mesh()
+  update = update_fn_lib.make_update_fn(model_config, rl, tx, mesh)
+  host["old_logp"] = np.asarray(passes.make_logp_fn(model_config, rl.temperature, mesh,
+                                                    update.state_shardings.params)(params, host))
+  host["advantages"] = np.array([1.0, -1.0] * 4, np.float32)
+  state = put_on_mesh(jax.device_get(create_train_state(params, tx)), update.state_shardings)
+  state, _ = update(state, host, jax.random.key(0))
+  new = jax.device_get(state.params)
   # An update of ~1e-6 moves the RMSNorm scales (~1): in bf16 they would round back to 1.
   for name in ("input_layernorm", "post_attention_layernorm"):
     assert np.any(new["layers_0"][name]["weight"] != params["layers_0"][name]["weight"]), name
@@ -165,10 +169,10 @@ def test_held_out_sampling_is_the_rollouts_unless_eval_sampling_overrides_it(tmp
 # Every config check, by the module attributes it is looked up through (functions imported by
 # name are looked up in the importing module).
 _CHECKS = {
-    "resolve_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders", "rlscale.train.update",
-                          "rlscale.parallel.update"],
-    "validate_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders", "rlscale.train.update",
-                           "rlscale.parallel.update"],
+    "resolve_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders",
+                          "rlscale.train.update_fn"],
+    "validate_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders",
+                           "rlscale.train.update_fn"],
     "check_model_source": ["rlscale.runner.builders"],
     "model_remat": ["rlscale.runner.builders"],
     "check_train_config": ["rlscale.runner.builders"],
@@ -237,10 +241,11 @@ def test_raw_update_factory_resolves_and_validates_once(monkeypatch):
   counts = _count_checks(monkeypatch)
   checked = builders.check_config(tiny_config())
   counts.update(dict.fromkeys(_CHECKS, 0))
-  update_lib.make_update_fn(problem.MODEL, tiny_config().rl, checked.optimizer)  # a raw rl section
+  mesh = problem.one_device_mesh()
+  update_fn_lib.make_update_fn(problem.MODEL, tiny_config().rl, checked.optimizer, mesh)  # raw rl
   assert (counts["resolve_rl_config"], counts["validate_rl_config"]) == (1, 1)
   counts.update(dict.fromkeys(_CHECKS, 0))
-  update_lib.make_update_fn_from_checked(problem.MODEL, checked.rl, checked.optimizer)
+  update_fn_lib.make_update_fn_from_checked(problem.MODEL, checked.rl, checked.optimizer, mesh)
   assert not any(counts.values())
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlscale.runner import rollouts, update_batch
-from rlscale.sampler.sampler import Rollout
+from rlscale.sampler.decode import Rollout
 
 
 def _generated(scores, round_index, correct=None):

@@ -7,7 +7,7 @@ import pytest
 
 from rlscale import tokenizers
 from rlscale.runner.evaluate import Evaluator, eval_sampling, evaluation_key
-from rlscale.sampler.sampler import Rollout
+from rlscale.sampler.decode import Rollout
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import arithmetic, base, rewards, verifier
 
@@ -19,9 +19,8 @@ class _FixedSampler:
     self.tokenizer, self.response, self.width = tokenizer, response, width
     self.samplings = []  # the SamplingConfig of every call
 
-  def __call__(self, params, tokens, mask, rng, *, sampling, params_replicated,
-               samples_per_prompt):
-    del params, rng, params_replicated
+  def __call__(self, params, tokens, mask, rng, *, sampling, samples_per_prompt):
+    del params, rng
     self.samplings.append(sampling)
     b = len(tokens) * samples_per_prompt
     ids = self.tokenizer.encode(self.response)

@@ -26,15 +26,6 @@ def test_share_must_divide_evenly():
     hosts.prompt_share(6, hosts.Hosts(0, 4))
 
 
-def test_process_keys():
-  key = jax.random.key(3)
-  same = hosts.process_key(key, hosts.Hosts(0, 1))
-  assert np.array_equal(jax.random.key_data(same), jax.random.key_data(key))
-  keys = [jax.random.key_data(hosts.process_key(key, hosts.Hosts(h, 2))) for h in range(2)]
-  assert not np.array_equal(keys[0], keys[1])
-  assert np.array_equal(keys[1], jax.random.key_data(jax.random.fold_in(key, 1)))
-
-
 def test_own_rows_and_single_process_identities():
   tree = {"a": np.arange(12).reshape(6, 2), "b": np.arange(6)}
   mine = hosts.own_rows(tree, hosts.Hosts(2, 3))

@@ -1,27 +1,26 @@
-"""Which layout a config gets (`layout.uses_mesh`, `builders.mesh_from_config`), the pmap layout's
-array moves, and the mesh path's one-line refusals (one CPU device: no mesh is built)."""
+"""The mesh a config gets (`builders.mesh_from_config`), the layout's array moves, and a bad mesh's
+one-line refusal (one CPU device here; several devices: tests/runner/test_mesh_runner.py)."""
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec
 
 from rlscale.runner import builders
 from rlscale.runner import layout as layout_lib
 from tests.runner.runner_configs import tiny_config
 
 
-@pytest.mark.parametrize("data, fsdp, tensor, expected", [
-    (-1, 1, 1, False), (4, 1, 1, False), (1, 2, 1, True), (1, 1, 2, True), (2, -1, 1, True),
-    (1, 1, -1, True)])
-def test_uses_mesh_beyond_data_parallelism(data, fsdp, tensor, expected):
-  cfg = ml_collections.ConfigDict({"data": data, "fsdp": fsdp, "tensor": tensor})
-  assert layout_lib.uses_mesh(cfg) is expected
-  assert layout_lib.uses_mesh(None) is False  # a config without a mesh section
+def test_the_default_config_is_data_parallel_over_every_device():
+  mesh = builders.mesh_from_config(tiny_config())
+  assert dict(mesh.shape) == {"data": jax.device_count(), "fsdp": 1, "tensor": 1}
 
 
-def test_default_config_keeps_the_pmap_path():
-  assert builders.mesh_from_config(tiny_config()) is None
+def test_a_config_without_a_mesh_section_gets_the_default_mesh():
+  config = tiny_config()
+  del config["mesh"]
+  assert dict(builders.mesh_from_config(config).shape) == {"data": jax.device_count(), "fsdp": 1,
+                                                           "tensor": 1}
 
 
 def test_a_mesh_needing_more_devices_is_refused_in_one_line():
@@ -31,22 +30,28 @@ def test_a_mesh_needing_more_devices_is_refused_in_one_line():
     builders.mesh_from_config(config)
 
 
-def test_host_threads_refused_on_a_mesh():
-  config = tiny_config(mesh__data=1, mesh__fsdp=-1)  # fsdp = the one device: still the mesh path
-  config.rollout.host_threads = 2
-  with pytest.raises(ValueError, match=r"^rollout.host_threads=2 splits the pmapped sampler's "
-                                       r"batch; with mesh.fsdp or mesh.tensor > 1 it must be 1$"):
-    builders.mesh_from_config(config)
+def _layout():
+  mesh = builders.mesh_from_config(tiny_config())
+  replicated = NamedSharding(mesh, PartitionSpec())
+  return layout_lib.MeshLayout(mesh, {"w": replicated, "b": replicated})
 
 
-def test_pmap_layout_moves():
-  layout = layout_lib.PmapLayout(1)
-  rows = {"a": np.arange(6).reshape(3, 2)}
+def test_rows_placed_and_read_back():
+  layout = _layout()
+  rows = {"a": np.arange(6).reshape(3, 2), "b": np.arange(3)}
   placed = layout.place_batch(rows)
-  assert placed["a"].shape == (1, 3, 2)
-  np.testing.assert_array_equal(layout.host_rows(placed["a"]), rows["a"])
-  assert layout.update_key(jax.random.key(0)).shape == (1,)
-  assert layout.params_replicated and layout.mesh is None
-  # A partial run object without a layout gets the pmap layout over its devices.
-  assert isinstance(layout_lib.layout_of(type("Run", (), {"num_devices": 1})()),
-                    layout_lib.PmapLayout)
+  assert placed["a"].shape == (3, 2) and isinstance(placed["a"], jax.Array)
+  assert placed["a"].sharding.spec == PartitionSpec(("data", "fsdp"), None)
+  for key, value in rows.items():
+    np.testing.assert_array_equal(layout.host_rows(placed[key]), value)
+
+
+def test_a_placed_state_owns_its_buffers_and_restores_by_its_shardings():
+  layout = _layout()
+  host = {"w": np.ones((2, 3), np.float32), "b": np.zeros(3, np.float32)}
+  placed = layout.place_state(host)
+  host["w"][0, 0] = 5.0  # the placed copy is the caller's no more
+  assert float(placed["w"][0, 0]) == 1.0
+  target = layout.restore_target(placed)
+  assert target["w"].shape == (2, 3) and target["w"].sharding == layout.state_shardings["w"]
+  np.testing.assert_array_equal(layout.host_params(placed)["w"], np.ones((2, 3)))

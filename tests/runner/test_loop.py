@@ -21,7 +21,7 @@ from rlscale.runner.rollouts import group_stats
 from rlscale.runner.run_dir import holds_results
 from rlscale.runner.metrics_log import read_metrics
 from rlscale.runner.timing import RunClock
-from rlscale.sampler.sampler import Rollout
+from rlscale.sampler.decode import Rollout
 from rlscale.tasks import arithmetic, base, rewards
 from rlscale.tokenizers import CharTokenizer
 from tests.runner.runner_configs import comparable, tiny_config
@@ -72,7 +72,7 @@ def test_nonfinite_task_scores_are_counted_per_step(monkeypatch):
   tokenizer = CharTokenizer()
   responses = ["nan", "1", "0", "1"]
 
-  def sampler(params, tokens, mask, key, params_replicated, samples_per_prompt):
+  def sampler(params, tokens, mask, key, samples_per_prompt):
     ids = [tokenizer.encode(r) + [tokenizer.eos_id] for r in responses]
     response = np.array([i + [tokenizer.pad_id] * (4 - len(i)) for i in ids], np.int32)
     response_mask = np.array([[1] * len(i) + [0] * (4 - len(i)) for i in ids], np.int32)

@@ -1,5 +1,5 @@
 """train.measure_noise_scale in build_run: checked, and one warning line when the batch cannot give
-the noise scale's two slices on one device (the split rule itself: tests/train/test_update.py)."""
+the noise scale's two slices (the split rule itself: tests/train/test_update.py)."""
 
 import jax
 import pytest
@@ -17,7 +17,7 @@ def test_unmeasurable_batch_warns_once(tmp_path):
   builders.build_run(config, str(tmp_path), log=logs.append)
   warnings = [line for line in logs if "measure_noise_scale" in line]
   assert warnings == ["warning: train.measure_noise_scale: the gradient noise scale cannot be "
-                      "measured at this batch on one device: rl.microbatches=1 gives one slice "
+                      "measured at this batch: rl.microbatches=1 gives one slice "
                       "(unset it, or set it >= 2)"]
   logs.clear()
   builders.build_run(tiny_config(train__measure_noise_scale=True), str(tmp_path), log=logs.append)

@@ -1,8 +1,8 @@
 """The runner on a mesh (4 simulated CPU devices, in a subprocess: the device count must be set
-before JAX starts): the sharded forward passes equal the pmapped ones, a sharded checkpoint
-restores onto another mesh exactly, runs stopped on {data: 4} (the pmap path) and on
-{data: 2, fsdp: 2} restore onto {fsdp: 2, tensor: 2} and finish there, and the sharded one
-continues as the uninterrupted {fsdp: 2, tensor: 2} run."""
+before JAX starts): the forward passes on a mesh equal the one-device ones, a sharded checkpoint
+restores onto another mesh exactly, and runs stopped on {data: 4} and on {data: 2, fsdp: 2}
+restore onto {fsdp: 2, tensor: 2}, finish there, and continue as the uninterrupted
+{fsdp: 2, tensor: 2} run."""
 
 import json
 import os
@@ -29,7 +29,7 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_sharded_forward_passes_equal_the_pmapped_ones(results):
+def test_forward_passes_on_a_mesh_equal_the_one_device_ones(results):
   forward = results["forward"]
   assert set(forward) == {f"{m}/micro{k}" for m in ("fsdp2_tensor2", "data4") for k in (1, 2)}
   for case, r in forward.items():
@@ -55,17 +55,17 @@ def test_a_run_checkpointed_on_one_mesh_restores_and_resumes_on_another(results,
   r = results[first_mesh]
   assert r["stopped_at"] == 2 and r["steps"] == 4 and r["resumed_steps"] == [3, 4], r
   # The step-2 checkpoint read onto {fsdp: 2, tensor: 2}: every leaf equal to a host read, each
-  # with the new mesh's sharding (from host arrays of the pmap path, and from shards).
+  # with the new mesh's sharding.
   assert r["restored_equal"] and r["restored_placed"] and r["restored_step"] == 2, r
 
 
 @pytest.mark.slow
-def test_resumed_on_another_mesh_continues_as_the_uninterrupted_run(results):
-  """Saved sharded on {data: 2, fsdp: 2}, resumed on {fsdp: 2, tensor: 2}: the same rollouts
+@pytest.mark.parametrize("first_mesh", ["from_data4", "from_data2_fsdp2"])
+def test_resumed_on_another_mesh_continues_as_the_uninterrupted_run(results, first_mesh):
+  """Saved on {data: 4} or {data: 2, fsdp: 2}, resumed on {fsdp: 2, tensor: 2}: the same rollouts
   (one global sampling key on any mesh) and the same update up to float rounding as the run that
-  stayed on {fsdp: 2, tensor: 2}. (A {data: 4} first segment runs the pmap path, whose sampler
-  folds in the device index: its rollouts, and so its continuation, differ by design.)"""
-  r = results["from_data2_fsdp2"]
+  stayed on {fsdp: 2, tensor: 2}."""
+  r = results[first_mesh]
   assert r["same_keys"] and r["integers_equal"], r  # same tokens, lengths, widths, counters
   # Measured: 5.0e-6 relative (train/kl), 1.9e-6 absolute, parameters 1.7e-6.
   assert r["metrics_max_rel"] < 1e-4 and r["metrics_max_abs"] < 1e-5, r

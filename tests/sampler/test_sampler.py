@@ -1,316 +1,106 @@
-"""KV-cached generation: left padding, logp vs a full forward, EOS, early exit, seeds, Sampler."""
-
-import functools
+"""The Sampler on this process's one device: buckets, compile counts, the key, host-thread
+chunks, shared prefill, the argument checks. Meshes of several devices:
+test_sampler_mesh.py."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlscale.model import ModelConfig, forward, init_params, token_logp
-from rlscale.sampler.sampler import Sampler, generate, pad_to_bucket
+from rlscale.model import init_params
+from rlscale.model.transformer import param_shardings
+from rlscale.parallel import mesh as mesh_lib
+from rlscale.parallel.rules import DEFAULT_RULES
+from rlscale.sampler.decode import generate, pad_to_bucket
+from rlscale.sampler.sampler import Sampler
 from rlscale.sampler.strategies import SamplingConfig
-
-CONFIG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
-                     num_kv_heads=2, head_dim=8)
-TR = 8  # response length limit
-GREEDY = SamplingConfig(temperature=0.0)
+from tests.sampler.test_decode import (CONFIG, GARBLED_PROMPTS, GREEDY, MOE, TR, model_params,
+                                      prompts, run_generate)
 
 
-@functools.lru_cache()
-def _params():
-  params = init_params(CONFIG, jax.random.key(0))
-  # Weights 20x the init: varied greedy continuations whose top-2 logits differ by > 0.1, so no
-  # argmax is decided by float rounding, and temperature-1 samples still vary (mean logp ~ -2.6).
-  return jax.tree.map(lambda x: x * 20 if x.ndim == 2 else x, params)
+def _four_prompts():
+  """prompts() and its first row again: P = 4."""
+  tokens, mask = prompts()
+  return np.concatenate([tokens, tokens[:1]]), np.concatenate([mask, mask[:1]])
 
 
-def _prompts():
-  """Three left-padded prompts of 5, 3 and 1 real tokens in 5 slots."""
-  tokens = np.array([[11, 12, 13, 14, 15], [0, 0, 21, 22, 23], [0, 0, 0, 0, 31]], np.int32)
-  return tokens, (tokens != 0).astype(np.int32)
-
-
-def _generate(tokens, mask, rng=jax.random.key(0), sampling=GREEDY, eos_ids=(), pad_id=0, tr=TR):
-  return generate(_params(), jnp.asarray(tokens), jnp.asarray(mask), rng, model_config=CONFIG,
-                  max_new_tokens=tr, sampling=sampling, eos_ids=eos_ids, pad_id=pad_id)
-
-
-def _first_eos_lengths(responses, eos_ids):
-  """Expected response lengths: index of the first EOS + 1, or the full width."""
-  hits = np.isin(responses, eos_ids)
-  return np.where(hits.any(1), hits.argmax(1) + 1, responses.shape[1])
-
-
-def test_left_padded_batch_matches_each_prompt_alone():
-  tokens, mask = _prompts()
-  batch = _generate(tokens, mask)
-  for row in range(3):
-    real = tokens[row, mask[row] == 1][None]
-    alone = _generate(real, np.ones_like(real))
-    np.testing.assert_array_equal(batch.tokens[row, 5:], alone.tokens[0, real.shape[1]:])
-    np.testing.assert_allclose(batch.logp[row], alone.logp[0], atol=1e-5)
-  assert batch.tokens.shape == (3, 5 + TR) and batch.tokens.dtype == jnp.int32
-  np.testing.assert_array_equal(batch.tokens[:, :5], tokens)
-  np.testing.assert_array_equal(batch.prompt_mask, mask)
-  np.testing.assert_array_equal(batch.response_mask, np.ones((3, TR)))
-  np.testing.assert_array_equal(batch.lengths, [TR] * 3)
-  np.testing.assert_array_equal(batch.num_steps, [TR] * 3)
-
-
-def _full_forward(rollout):
-  """Logits [B, Tr, V] for each response position, from one uncached forward."""
-  tp = rollout.prompt_mask.shape[1]
-  input_mask = jnp.concatenate([rollout.prompt_mask, rollout.response_mask], axis=1)
-  logits = forward(_params(), CONFIG, rollout.tokens, input_mask).logits
-  return logits[:, tp - 1:-1]
-
-
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_logp_equals_full_forward_token_logp(temperature):
-  tokens, mask = _prompts()
-  rollout = _generate(tokens, mask, sampling=SamplingConfig(temperature=temperature), eos_ids=(7,))
-  expected = token_logp(_full_forward(rollout), rollout.tokens[:, 5:], temperature)
-  expected = jnp.where(rollout.response_mask == 1, expected, 0.0)
-  np.testing.assert_allclose(rollout.logp, expected, atol=1e-5)
-
-
-def test_bfloat16_model_samples_with_logp_near_its_full_forward():
-  # bf16 parameters and compute (the accelerator setting): the cache is bf16 too. XLA:CPU once
-  # failed here at run time on a bf16 x bf16 -> f32 attention dot.
-  config = CONFIG.replace(dtype="bfloat16", param_dtype="bfloat16")
-  params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _params())
-  tokens, mask = _prompts()
-  rollout = generate(params, jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(0),
-                     model_config=config, max_new_tokens=TR, sampling=SamplingConfig(temperature=1.0),
-                     eos_ids=(), pad_id=0)
-  assert rollout.logp.dtype == jnp.float32
-  logits = forward(params, config, rollout.tokens, jnp.concatenate([mask, rollout.response_mask], 1))
-  expected = token_logp(logits.logits[:, 4:-1], rollout.tokens[:, 5:])
-  # Cached decode and one full forward round differently in bf16 (8-bit mantissa): close, not equal.
-  np.testing.assert_allclose(rollout.logp, expected, atol=0.15)
-  assert float(jnp.abs(rollout.logp - expected).max()) > 0  # it really ran in bf16
-
-
-def test_greedy_is_argmax_of_full_forward_for_any_key():
-  tokens, mask = _prompts()
-  first = _generate(tokens, mask, rng=jax.random.key(1))
-  np.testing.assert_array_equal(first.tokens, _generate(tokens, mask, rng=jax.random.key(2)).tokens)
-  np.testing.assert_array_equal(first.tokens[:, 5:], jnp.argmax(_full_forward(first), axis=-1))
-  expected = token_logp(_full_forward(first), first.tokens[:, 5:], 1.0)
-  np.testing.assert_allclose(first.logp, expected, atol=1e-5)
-
-
-def test_tiny_temperature_samples_the_argmax_with_logp_zero():
-  # T = 1e-9 is greedy in all but name: the argmax tokens, each with probability 1 (logp 0, and
-  # never +-inf, which XLA's rounding of logits / T once produced; see token_logp).
-  tokens, mask = _prompts()
-  greedy = _generate(tokens, mask)
-  tiny = _generate(tokens, mask, sampling=SamplingConfig(temperature=1e-9))
-  np.testing.assert_array_equal(tiny.tokens, greedy.tokens)
-  np.testing.assert_allclose(tiny.logp, np.zeros((3, TR)), atol=1e-6)
-
-
-def test_eos_equal_to_pad_masks_through_first_eos_only():
-  tokens, mask = _prompts()
-  free = np.asarray(_generate(tokens, mask).tokens[:, 5:])  # no EOS: the greedy continuation
-  eos = int(free[0, 2])  # row 0 ends at column 2 (or earlier if the token came before)
-  rollout = _generate(tokens, mask, eos_ids=(eos,), pad_id=eos)
-  lengths = _first_eos_lengths(free, [eos])
-  assert lengths[0] <= 3
-  np.testing.assert_array_equal(rollout.lengths, lengths)
-  for row in range(3):
-    n = lengths[row]
-    np.testing.assert_array_equal(rollout.response_mask[row], [1] * n + [0] * (TR - n))
-    np.testing.assert_array_equal(rollout.tokens[row, 5:5 + n], free[row, :n])  # EOS included
-    np.testing.assert_array_equal(rollout.tokens[row, 5 + n:], eos)  # pad_id afterwards
-    np.testing.assert_array_equal(rollout.logp[row, n:], 0.0)
-    assert np.all(np.asarray(rollout.logp[row, :n]) < 0)
-
-
-def test_multiple_eos_ids_and_early_exit():
-  tokens, mask = _prompts()
-  free = np.asarray(_generate(tokens, mask).tokens[:, 5:])
-  eos_ids = (int(free[0, 1]), int(free[1, 3]), int(free[2, 0]))
-  rollout = _generate(tokens, mask, eos_ids=eos_ids, pad_id=0)
-  lengths = _first_eos_lengths(free, eos_ids)
-  np.testing.assert_array_equal(rollout.lengths, lengths)
-  np.testing.assert_array_equal(rollout.response_mask.sum(1), lengths)
-  assert lengths.max() <= 4
-  # The loop stopped as soon as the last row finished, not at Tr.
-  np.testing.assert_array_equal(rollout.num_steps, [lengths.max()] * 3)
-  np.testing.assert_array_equal(rollout.tokens[:, 5 + lengths.max():], 0)
-
-
-def test_no_eos_runs_to_the_limit():
-  tokens, mask = _prompts()
-  rollout = _generate(tokens, mask, sampling=SamplingConfig(), eos_ids=())
-  np.testing.assert_array_equal(rollout.lengths, [TR] * 3)
-  np.testing.assert_array_equal(rollout.num_steps, [TR] * 3)
-
-
-def test_same_seed_same_samples_other_seed_differs():
-  tokens, mask = _prompts()
-  sample = lambda seed: np.asarray(  # noqa: E731
-      _generate(tokens, mask, rng=jax.random.key(seed), sampling=SamplingConfig()).tokens)
-  np.testing.assert_array_equal(sample(3), sample(3))
-  assert np.mean(sample(3)[:, 5:] != sample(4)[:, 5:]) > 0.5
-
-
-def test_generate_rejects_bad_shapes():
-  tokens, mask = _prompts()
-  with pytest.raises(ValueError, match="prompt_mask shape"):
-    _generate(tokens, mask[:, 1:])
-  with pytest.raises(ValueError, match="eos_ids"):
-    _generate(tokens, mask, eos_ids=[3])
-  with pytest.raises(ValueError, match="max_new_tokens"):
-    _generate(tokens, mask, tr=0)
-
-
-@pytest.mark.parametrize("edit, message", [
-    # Right padding: the first token would be drawn after a pad slot (silently wrong before).
-    (lambda t, m: (t, m[:, ::-1].copy()), r"prompt_mask row 1 is not left-padded"),
-    (lambda t, m: (t, m * np.array([[1], [1], [0]])), r"prompt_mask row 2 has no real token"),
-    (lambda t, m: (t, m * 2), r"prompt_mask must hold only 0 and 1"),
-    # An id outside the embedding table reads NaN (jnp.take fills), so every logp was NaN.
-    (lambda t, m: (t + 50 * m, m), r"prompt_tokens row 0 holds id 64 at a real position, outside "
-                                   r"the model's vocabulary \[0, 64\)"),
-])
-def test_generate_and_sampler_reject_prompts_they_would_garble(edit, message):
-  tokens, mask = edit(*_prompts())
-  with pytest.raises(ValueError, match=message):
-    _generate(tokens, mask)
-  sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=(8,))
-  with pytest.raises(ValueError, match=message):
-    sampler(_params(), tokens, mask, jax.random.key(0))
-
-
-def test_pad_and_eos_ids_must_be_in_the_vocabulary():
-  # pad_id = V (a common "one past the vocabulary" choice) embedded as NaN: every padded row's
-  # logp was NaN and its tokens V - 1. An EOS id >= V can never be sampled.
-  tokens, mask = _prompts()
-  with pytest.raises(ValueError, match=r"pad_id 64 is outside the model's vocabulary \[0, 64\)"):
-    _generate(tokens, mask, pad_id=64)
-  with pytest.raises(ValueError, match=r"eos_ids \(3, 64\) must lie in the model's vocabulary \[0, 64\)"):
-    _generate(tokens, mask, eos_ids=(3, 64))
-  with pytest.raises(ValueError, match=r"pad_id -1 is outside"):
-    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=-1)
-
-
-def test_pad_to_bucket_left_pads_to_the_smallest_bucket():
-  tokens, mask = _prompts()
-  padded, padded_mask = pad_to_bucket(tokens, mask, (4, 8, 16), pad_id=9)
-  assert padded.shape == (3, 8)
-  np.testing.assert_array_equal(padded[:, :3], 9)
-  np.testing.assert_array_equal(padded[:, 3:], tokens)
-  np.testing.assert_array_equal(padded_mask[:, :3], 0)
-  with pytest.raises(ValueError, match="largest prompt bucket 4"):
-    pad_to_bucket(tokens, mask, (2, 4), pad_id=0)
+def test_sampler_defaults_to_a_data_mesh_over_every_device():
+  sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0)
+  assert dict(sampler.mesh.shape) == {"data": len(jax.devices()), "fsdp": 1, "tensor": 1}
+  assert sampler.num_devices == len(jax.devices())
+  assert sampler.param_shardings is None  # derived on the first call
+  tokens, mask = prompts()
+  sampler(model_params(), tokens, mask, jax.random.key(0))
+  expected = param_shardings(model_params(), sampler.mesh)
+  assert jax.tree.leaves(sampler.param_shardings) == jax.tree.leaves(expected)
 
 
 def test_sampler_buckets_and_compiles_once_per_bucket():
   sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8, 16))
-  tokens, mask = _prompts()
+  tokens, mask = prompts()
   rng = jax.random.key(5)
-  out = sampler(_params(), tokens, mask, rng)
+  out = sampler(model_params(), tokens, mask, rng)
   assert isinstance(out.tokens, np.ndarray) and out.tokens.shape == (3, 8 + TR)
-  # One device: device 0 samples with fold_in(rng, 0) on the prompt padded to the bucket.
+  assert out.experts is None
+  # One key for the batch: generate on the prompt padded to the bucket, with fold_in(rng, 0).
   padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
-  expected = _generate(padded, padded_mask, rng=jax.random.fold_in(rng, 0), sampling=SamplingConfig())
+  expected = run_generate(padded, padded_mask, rng=jax.random.fold_in(rng, 0),
+                       sampling=SamplingConfig())
   np.testing.assert_array_equal(out.tokens, expected.tokens)
   np.testing.assert_allclose(out.logp, expected.logp, atol=1e-6)
-  sampler(_params(), tokens[:, 1:], mask[:, 1:], jax.random.key(6))  # Tp 4 -> same bucket 8
-  sampler(_params(), tokens[:, 2:], mask[:, 2:], jax.random.key(7))
+  np.testing.assert_array_equal(out.num_steps, expected.num_steps)
+  sampler(model_params(), tokens[:, 1:], mask[:, 1:], jax.random.key(6))  # Tp 4 -> same bucket 8
+  sampler(model_params(), tokens[:, 2:], mask[:, 2:], jax.random.key(7))
   assert sampler.num_traces == 1
   wide = np.pad(tokens, ((0, 0), (7, 0)))
-  sampler(_params(), wide, (wide != 0).astype(np.int32), rng)  # Tp 12 -> bucket 16
+  sampler(model_params(), wide, (wide != 0).astype(np.int32), rng)  # Tp 12 -> bucket 16
   assert sampler.num_traces == 2
-  sampler(_params(), tokens, mask, rng, sampling=GREEDY)  # another strategy compiles once more
-  sampler(_params(), tokens, mask, rng, sampling=GREEDY)
+  sampler(model_params(), tokens, mask, rng, sampling=GREEDY)  # another strategy compiles once more
+  sampler(model_params(), tokens, mask, rng, sampling=GREEDY)
   assert sampler.num_traces == 3
 
 
-def test_sampler_accepts_replicated_params_and_checks_them():
+def test_sampler_takes_host_or_placed_params_explicit_shardings_and_list_rules():
+  tokens, mask = prompts()
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(7,), pad_id=0, prompt_buckets=(8,))
+  expected = sampler(model_params(), tokens, mask, jax.random.key(2))
+  host = jax.tree.map(np.asarray, model_params())
+  np.testing.assert_array_equal(sampler(host, tokens, mask, jax.random.key(2)).tokens,
+                                expected.tokens)
+  mesh = mesh_lib.make_mesh(mesh_lib.mesh_config(), jax.devices()[:1])
+  shardings = param_shardings(model_params(), mesh)
+  # Rules as a ConfigDict gives them (lists), shardings given, params already on the mesh.
+  other = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(7,), pad_id=0, mesh=mesh,
+                  prompt_buckets=(8,), param_shardings=shardings,
+                  rules=[[name, list(axes) if isinstance(axes, tuple) else axes]
+                         for name, axes in DEFAULT_RULES])
+  assert other.param_shardings is shardings
+  placed = jax.device_put(model_params(), shardings)
+  out = other(placed, tokens, mask, jax.random.key(2))
+  np.testing.assert_array_equal(out.tokens, expected.tokens)
+  np.testing.assert_allclose(out.logp, expected.logp, atol=1e-6)
+
+
+@pytest.mark.parametrize("edit, message", GARBLED_PROMPTS)
+def test_sampler_rejects_prompts_it_would_garble(edit, message):
+  tokens, mask = edit(*prompts())
   sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=(8,))
-  tokens, mask = _prompts()
-  plain = sampler(_params(), tokens, mask, jax.random.key(0))
-  replicated = jax.tree.map(lambda x: x[None], _params())
-  again = sampler(replicated, tokens, mask, jax.random.key(0), params_replicated=True)
-  np.testing.assert_array_equal(plain.tokens, again.tokens)
-  with pytest.raises(ValueError, match="leading axis of size 1"):
-    sampler(_params(), tokens, mask, jax.random.key(0), params_replicated=True)
-  with pytest.raises(ValueError, match="largest prompt bucket"):
-    sampler(_params(), np.zeros((3, 9), np.int32), np.ones((3, 9), np.int32), jax.random.key(0))
-  with pytest.raises(ValueError, match="prompt_buckets"):
-    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=())
+  with pytest.raises(ValueError, match=message):
+    sampler(model_params(), tokens, mask, jax.random.key(0))
 
 
-@pytest.mark.parametrize("sampling", [GREEDY, SamplingConfig(temperature=1.0)])
-def test_shared_prefill_equals_each_prompt_repeated(sampling):
-  tokens, mask = _prompts()
-  group = 3
-  shared = generate(_params(), jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(4),
-                    model_config=CONFIG, max_new_tokens=TR, sampling=sampling, eos_ids=(7,),
-                    pad_id=0, samples_per_prompt=group)
-  repeated = _generate(np.repeat(tokens, group, 0), np.repeat(mask, group, 0), jax.random.key(4),
-                       sampling=sampling, eos_ids=(7,))
-  np.testing.assert_array_equal(shared.tokens, repeated.tokens)  # rows p * G + g, prompts repeated
-  np.testing.assert_array_equal(shared.prompt_mask, repeated.prompt_mask)
-  np.testing.assert_array_equal(shared.response_mask, repeated.response_mask)
-  np.testing.assert_allclose(shared.logp, repeated.logp, atol=1e-6)
-  if not sampling.greedy:  # the G samples of a prompt differ
-    assert len({tuple(r) for r in np.asarray(shared.tokens[:group])}) > 1
+def test_sampler_rejects_long_prompts_bad_groups_and_strategies():
+  sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=(8,))
+  tokens, mask = prompts()
+  with pytest.raises(ValueError, match="exceeds the largest prompt bucket 8"):
+    sampler(model_params(), np.full((3, 9), 5, np.int32), np.ones((3, 9), np.int32),
+            jax.random.key(0))
   with pytest.raises(ValueError, match="samples_per_prompt must be an int >= 1, got 0"):
-    generate(_params(), jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(4),
-             model_config=CONFIG, max_new_tokens=TR, sampling=sampling, eos_ids=(), pad_id=0,
-             samples_per_prompt=0)
-
-
-def test_sampler_samples_per_prompt_shares_prefill_within_chunks():
-  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,),
-                    host_threads=2)
-  tokens, mask = _prompts()
-  tokens, mask = np.concatenate([tokens, tokens[:1]]), np.concatenate([mask, mask[:1]])  # P = 4
-  rng = jax.random.key(9)
-  out = sampler(_params(), tokens, mask, rng, samples_per_prompt=2)
-  out = sampler(_params(), tokens, mask, rng, samples_per_prompt=2)  # chunks run concurrently
-  assert out.tokens.shape == (8, 8 + TR)
-  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
-  for chunk in range(2):  # chunk c: prompts 2c, 2c+1 -> rows 4c..4c+3, key fold_in(fold_in(rng, c), 0)
-    key = jax.random.fold_in(jax.random.fold_in(rng, chunk), 0)
-    prompts = slice(2 * chunk, 2 * chunk + 2)
-    expected = _generate(np.repeat(padded[prompts], 2, 0), np.repeat(padded_mask[prompts], 2, 0),
-                         rng=key, sampling=SamplingConfig())
-    np.testing.assert_array_equal(out.tokens[4 * chunk:4 * chunk + 4], expected.tokens)
-    np.testing.assert_allclose(out.logp[4 * chunk:4 * chunk + 4], expected.logp, atol=1e-6)
-  with pytest.raises(ValueError, match="samples_per_prompt must be an int >= 1"):
-    sampler(_params(), tokens, mask, rng, samples_per_prompt=0)
-
-
-def test_sampler_host_threads_split_rows_into_chunks_with_their_own_keys():
-  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,),
-                    host_threads=2)
-  tokens, mask = _prompts()
-  tokens, mask = np.concatenate([tokens, tokens[:1]]), np.concatenate([mask, mask[:1]])  # B = 4
-  rng = jax.random.key(8)
-  first = sampler(_params(), tokens, mask, rng)  # compiles on the calling thread
-  again = sampler(_params(), tokens, mask, rng)  # the two chunks run concurrently
-  np.testing.assert_array_equal(again.tokens, first.tokens)
-  assert sampler.num_traces == 1
-  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
-  for chunk in range(2):  # chunk c, on device 0, samples with fold_in(fold_in(rng, c), 0)
-    rows = slice(2 * chunk, 2 * chunk + 2)
-    key = jax.random.fold_in(jax.random.fold_in(rng, chunk), 0)
-    expected = _generate(padded[rows], padded_mask[rows], rng=key, sampling=SamplingConfig())
-    np.testing.assert_array_equal(again.tokens[rows], expected.tokens)
-    np.testing.assert_allclose(again.logp[rows], expected.logp, atol=1e-6)
-  # B = 3 has no 2-way split: one chunk, the plain per-device key.
-  odd = sampler(_params(), tokens[:3], mask[:3], rng)
-  expected = _generate(padded[:3], padded_mask[:3], rng=jax.random.fold_in(rng, 0),
-                       sampling=SamplingConfig())
-  np.testing.assert_array_equal(odd.tokens, expected.tokens)
-  with pytest.raises(ValueError, match="host_threads"):
-    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, host_threads=0)
+    sampler(model_params(), tokens, mask, jax.random.key(0), samples_per_prompt=0)
+  with pytest.raises(ValueError, match="must both be"):
+    sampler(model_params(), tokens, mask[:, 1:], jax.random.key(0))
+  with pytest.raises(ValueError, match="sampling must be a SamplingConfig, got dict"):
+    sampler(model_params(), tokens, mask, jax.random.key(0), sampling={"temperature": 1.0})
+  assert sampler.num_traces == 0  # every check runs before anything is compiled
 
 
 def test_sampler_checks_its_arguments_at_construction_naming_them():
@@ -322,58 +112,116 @@ def test_sampler_checks_its_arguments_at_construction_naming_them():
     Sampler(CONFIG, 0, GREEDY, eos_ids=(), pad_id=0)
   with pytest.raises(ValueError, match="host_threads must be an int >= 1, got True"):
     Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, host_threads=True)
+  with pytest.raises(ValueError, match="host_threads must be an int >= 1, got 0"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, host_threads=0)
+  with pytest.raises(ValueError, match=r"pad_id -1 is outside"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=-1)
+  with pytest.raises(ValueError, match=r"eos_ids \(64,\) must lie in the model's vocabulary"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(64,), pad_id=0)
+  with pytest.raises(ValueError, match="prompt_buckets"):
+    Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=())
+  with pytest.raises(ValueError, match="sampling must be a SamplingConfig"):
+    Sampler(CONFIG, TR, 1.0, eos_ids=(), pad_id=0)
 
 
 def test_sampler_takes_numpy_integer_counts():
   # Counts computed with numpy (np.int64) were rejected as "must be an int".
-  tokens, mask = _prompts()
+  tokens, mask = prompts()
   expected = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,))(
-      _params(), tokens, mask, jax.random.key(3), samples_per_prompt=2)
+      model_params(), tokens, mask, jax.random.key(3), samples_per_prompt=2)
   sampler = Sampler(CONFIG, np.int64(TR), SamplingConfig(), eos_ids=np.array([], np.int32),
                     pad_id=np.int32(0), prompt_buckets=(8,))
-  out = sampler(_params(), tokens, mask, jax.random.key(3), samples_per_prompt=np.int64(2))
+  out = sampler(model_params(), tokens, mask, jax.random.key(3), samples_per_prompt=np.int64(2))
   np.testing.assert_array_equal(out.tokens, expected.tokens)
   assert type(sampler.max_new_tokens) is int
 
 
-@pytest.mark.parametrize("host_threads,num_prompts,group", [(2, 3, 2), (2, 1, 2), (3, 1, 3), (3, 2, 3)])
+def test_sampler_samples_per_prompt_shares_prefill_and_equals_repeated_prompts():
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(7,), pad_id=0, prompt_buckets=(8,))
+  tokens, mask = prompts()
+  rng = jax.random.key(5)
+  grouped = sampler(model_params(), tokens, mask, rng, samples_per_prompt=3)
+  repeated = sampler(model_params(), np.repeat(tokens, 3, 0), np.repeat(mask, 3, 0), rng)
+  assert grouped.tokens.shape == (9, 8 + TR)
+  np.testing.assert_array_equal(grouped.tokens, repeated.tokens)
+  # Prefills of 3 and 9 rows sum in other orders: float rounding only.
+  np.testing.assert_allclose(grouped.logp, repeated.logp, atol=1e-5)
+  np.testing.assert_array_equal(grouped.response_mask, repeated.response_mask)
+  np.testing.assert_array_equal(grouped.prompt_mask, repeated.prompt_mask)
+  assert sampler.num_traces == 2  # one per G
+
+
+def test_sampler_host_threads_split_rows_into_chunks_with_their_own_keys():
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,),
+                    host_threads=2)
+  tokens, mask = _four_prompts()  # B = 4
+  rng = jax.random.key(8)
+  first = sampler(model_params(), tokens, mask, rng)  # compiles on the calling thread
+  again = sampler(model_params(), tokens, mask, rng)  # the two chunks run concurrently
+  np.testing.assert_array_equal(again.tokens, first.tokens)
+  assert sampler.num_traces == 1
+  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
+  for chunk in range(2):  # chunk c samples with fold_in(fold_in(rng, c), 0)
+    rows = slice(2 * chunk, 2 * chunk + 2)
+    key = jax.random.fold_in(jax.random.fold_in(rng, chunk), 0)
+    expected = run_generate(padded[rows], padded_mask[rows], rng=key, sampling=SamplingConfig())
+    np.testing.assert_array_equal(again.tokens[rows], expected.tokens)
+    np.testing.assert_allclose(again.logp[rows], expected.logp, atol=1e-6)
+  # B = 3 has no 2-way split: one chunk, the plain key.
+  odd = sampler(model_params(), tokens[:3], mask[:3], rng)
+  expected = run_generate(padded[:3], padded_mask[:3], rng=jax.random.fold_in(rng, 0),
+                       sampling=SamplingConfig())
+  np.testing.assert_array_equal(odd.tokens, expected.tokens)
+
+
+def test_sampler_samples_per_prompt_shares_prefill_within_chunks():
+  sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,),
+                    host_threads=2)
+  tokens, mask = _four_prompts()  # P = 4
+  rng = jax.random.key(9)
+  sampler(model_params(), tokens, mask, rng, samples_per_prompt=2)
+  out = sampler(model_params(), tokens, mask, rng, samples_per_prompt=2)  # chunks concurrently
+  assert out.tokens.shape == (8, 8 + TR)
+  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
+  # Chunk c: prompts 2c, 2c+1 -> rows 4c..4c+3, key fold_in(fold_in(rng, c), 0).
+  for chunk in range(2):
+    key = jax.random.fold_in(jax.random.fold_in(rng, chunk), 0)
+    chunk_prompts = slice(2 * chunk, 2 * chunk + 2)
+    expected = run_generate(np.repeat(padded[chunk_prompts], 2, 0),
+                         np.repeat(padded_mask[chunk_prompts], 2, 0), rng=key,
+                         sampling=SamplingConfig())
+    np.testing.assert_array_equal(out.tokens[4 * chunk:4 * chunk + 4], expected.tokens)
+    np.testing.assert_allclose(out.logp[4 * chunk:4 * chunk + 4], expected.logp, atol=1e-6)
+
+
+@pytest.mark.parametrize("host_threads,num_prompts,group",
+                         [(2, 3, 2), (2, 1, 2), (3, 1, 3), (3, 2, 3)])
 def test_sampler_samples_per_prompt_equals_repeated_prompts_with_host_threads(
     host_threads, num_prompts, group):
   # P x G rows split into more chunks than P allows (P = 3, G = 2, 2 threads: 6 rows in 2 chunks
   # of 3) gave other samples than the repeated prompts (1 chunk of 3 prompts, the plain key).
   sampler = Sampler(CONFIG, TR, SamplingConfig(), eos_ids=(7,), pad_id=0, prompt_buckets=(8,),
                     host_threads=host_threads)
-  tokens, mask = _prompts()
+  tokens, mask = prompts()
   tokens, mask = tokens[:num_prompts], mask[:num_prompts]
   rng = jax.random.key(5)
-  grouped = sampler(_params(), tokens, mask, rng, samples_per_prompt=group)
-  repeated = sampler(_params(), np.repeat(tokens, group, 0), np.repeat(mask, group, 0), rng)
+  grouped = sampler(model_params(), tokens, mask, rng, samples_per_prompt=group)
+  repeated = sampler(model_params(), np.repeat(tokens, group, 0), np.repeat(mask, group, 0), rng)
   np.testing.assert_array_equal(grouped.tokens, repeated.tokens)
   np.testing.assert_allclose(grouped.logp, repeated.logp, atol=1e-6)
   np.testing.assert_array_equal(grouped.response_mask, repeated.response_mask)
 
 
-MOE = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
-                  num_kv_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
-                  moe_intermediate_size=16, norm_topk_prob=True)
-
-
-def test_moe_rollout_records_the_routing_the_full_forward_chooses():
-  """Rollout.experts: per response token, each MoE layer's experts at the position predicting it
-  (KV-cached decode), equal to the full forward's there; -1 after the response ends; G rows of
-  a shared prefill each get the prompt's routing for token 0; a dense model records none."""
+def test_sampler_returns_the_experts_of_a_moe_model():
   params = init_params(MOE, jax.random.key(1))
-  tokens, mask = _prompts()
-  rollout = generate(params, jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(2),
-                     model_config=MOE, max_new_tokens=TR, sampling=SamplingConfig(temperature=1.0),
-                     eos_ids=tuple(range(3, 13)), pad_id=0, samples_per_prompt=2)
-  assert rollout.experts.shape == (6, TR, 2, 2)  # [B, Tr, L_moe, k]
-  full = forward(params, MOE, rollout.tokens,
-                 jnp.concatenate([rollout.prompt_mask, rollout.response_mask], 1))
-  tp = rollout.prompt_mask.shape[1]
-  expected = jnp.transpose(full.moe.experts[:, :, tp - 1:-1], (1, 2, 0, 3))
-  real = np.asarray(rollout.response_mask) > 0
-  assert not real.all()  # some rows ended early
-  np.testing.assert_array_equal(np.asarray(rollout.experts)[real], np.asarray(expected)[real])
-  assert (np.asarray(rollout.experts)[~real] == -1).all()
-  assert _generate(tokens, mask).experts is None
+  tokens, mask = prompts()
+  sampler = Sampler(MOE, TR, SamplingConfig(), eos_ids=(), pad_id=0, prompt_buckets=(8,))
+  rng = jax.random.key(2)
+  out = sampler(params, tokens, mask, rng, samples_per_prompt=2)
+  padded, padded_mask = pad_to_bucket(tokens, mask, (8,), pad_id=0)
+  expected = generate(params, padded, padded_mask, jax.random.fold_in(rng, 0), model_config=MOE,
+                      max_new_tokens=TR, sampling=SamplingConfig(), eos_ids=(), pad_id=0,
+                      samples_per_prompt=2)
+  assert isinstance(out.experts, np.ndarray) and out.experts.shape == (6, TR, 2, 2)
+  np.testing.assert_array_equal(out.experts, expected.experts)
+  np.testing.assert_array_equal(out.tokens, expected.tokens)

@@ -5,6 +5,8 @@ import pytest
 
 from rlscale.model.config import ModelConfig
 from rlscale.rl import logprob
+from rlscale.parallel import data
+from rlscale.train import update as update_lib
 from rlscale.train.memory import abstract_batch, update_step_memory
 from tests.train import update_problem as problem
 
@@ -49,6 +51,9 @@ def test_remat_keeps_one_layer_of_activations(whole_logits_temp, monkeypatch):
 
 def test_abstract_batch_matches_what_the_update_step_checks():
   rl = problem.rl_config("ppo", kl_coef=0.1)
-  batch = abstract_batch(rl, 8, 3, 2, num_devices=2)
-  assert batch["tokens"].shape == (2, 4, 5) and batch["advantages"].shape == (2, 4, 2)
+  batch = abstract_batch(rl, 8, 3, 2)
+  assert batch["tokens"].shape == (8, 5) and batch["advantages"].shape == (8, 2)
   assert {"old_values", "returns", "ref_logp"} <= set(batch)
+  update_lib.check_batch(batch, rl)
+  placed = abstract_batch(rl, 8, 3, 2, mesh=problem.one_device_mesh())
+  assert placed["tokens"].sharding == data.batch_sharding(problem.one_device_mesh(), 2)

@@ -3,22 +3,19 @@
 import jax
 import numpy as np
 
-from rlscale.train import state as state_lib
-from rlscale.train import update as update_lib
+from rlscale.train import update_fn
 from tests.train import update_problem as problem
 
 
 def _first_metrics(rl, shift):
   """One update on the problem's batch with old_logp = trainer logp + shift on real tokens."""
-  devices = jax.local_devices()[:1]
   params, _ = problem.initial_params(rl)
-  host = problem.host_batch(rl, params, None, devices=devices)
+  host = problem.host_batch(rl, params, None)
   host["old_logp"] = host["old_logp"] + shift * host["response_mask"]
   tx = problem.make_optimizer(rl)
-  state = update_lib.replicate(state_lib.create_train_state(params, tx), devices)
-  fn = update_lib.make_update_fn(problem.MODEL, rl, tx, devices=devices)
-  _, metrics = fn(state, update_lib.shard_batch(host, 1), jax.random.key(0))
-  return {k: float(np.asarray(v)[0]) for k, v in jax.device_get(metrics).items()}
+  fn = update_fn.make_update_fn(problem.MODEL, rl, tx, problem.one_device_mesh())
+  _, metrics = fn(problem.placed_state(fn, params, tx), host, jax.random.key(0))
+  return {k: float(v) for k, v in jax.device_get(metrics).items()}
 
 
 def test_sampler_trainer_k3_is_the_first_updates_k3_to_old_logp():

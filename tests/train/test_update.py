@@ -1,5 +1,5 @@
-"""The update step on one device: first-epoch ratios, loss values against a direct computation,
-microbatch invariance, KL and critic terms, batch checks, and no recompilation.
+"""The update step on the one-device mesh: first-epoch ratios, loss values against a direct
+computation, microbatch invariance, KL and critic terms, batch checks, and no recompilation.
 
 Compiles are the cost here (seconds each on 2 cores), so runs are shared through module fixtures."""
 
@@ -13,8 +13,8 @@ from rlscale.model.transformer import forward
 from rlscale.rl.aggregation import aggregate_loss
 from rlscale.rl.logprob import entropy_from_logits, response_logits, response_logp
 from rlscale.rl.losses import ppo_clip
-from rlscale.train import state as state_lib
 from rlscale.train import update as update_lib
+from rlscale.train import update_fn
 from tests.train import update_problem as problem
 
 
@@ -50,23 +50,23 @@ def test_one_vs_four_microbatches(runs, request):
 
 def test_first_ppo_epoch_has_ratio_one_and_no_clipping(ppo_runs):
   first = ppo_runs[1].metrics[0]
-  np.testing.assert_allclose([first["ratio_min"][0], first["ratio_mean"][0], first["ratio_max"][0]],
+  np.testing.assert_allclose([first["ratio_min"], first["ratio_mean"], first["ratio_max"]],
                              1.0, atol=1e-5)
-  assert first["clip_fraction"][0] == 0.0
-  assert first["approx_kl_old"][0] < 1e-9
-  assert first["value_loss"][0] > 0 and first["critic_grad_norm"][0] > 0
+  assert first["clip_fraction"] == 0.0
+  assert first["approx_kl_old"] < 1e-9
+  assert first["value_loss"] > 0 and first["critic_grad_norm"] > 0
   # The second step reuses the same rollout: its ratios are no longer 1.
   second = ppo_runs[1].metrics[1]
-  assert second["ratio_max"][0] > 1.0 + 1e-6 or second["ratio_min"][0] < 1.0 - 1e-6
+  assert second["ratio_max"] > 1.0 + 1e-6 or second["ratio_min"] < 1.0 - 1e-6
 
 
 def test_kl_loss_term_by_hand(grpo_runs):
   # ref_logp = old_logp - 0.3 on real tokens: at the first update d = ref - logp = -0.3 exactly.
   first = grpo_runs[1].metrics[0]
   k3 = np.exp(-0.3) - (-0.3) - 1.0
-  np.testing.assert_allclose(first["kl"][0], k3, rtol=1e-4)
-  np.testing.assert_allclose(first["kl_loss"][0], k3, rtol=1e-4)  # any mean of a constant
-  np.testing.assert_allclose(first["loss"][0], first["pg_loss"][0] + 0.1 * first["kl_loss"][0],
+  np.testing.assert_allclose(first["kl"], k3, rtol=1e-4)
+  np.testing.assert_allclose(first["kl_loss"], k3, rtol=1e-4)  # any mean of a constant
+  np.testing.assert_allclose(first["loss"], first["pg_loss"] + 0.1 * first["kl_loss"],
                              rtol=1e-5, atol=1e-7)
 
 
@@ -74,10 +74,10 @@ def test_metrics_and_gns_inputs_on_one_device(grpo_runs):
   first = grpo_runs[1].metrics[0]
   # One device, one microbatch: the small batch is the big one.
   np.testing.assert_allclose(first["gns_grad_sq_small"], first["gns_grad_sq_big"], rtol=1e-5)
-  assert first["gns_batch_small"][0] == first["gns_batch_big"][0] == 16
-  np.testing.assert_allclose(first["gns_grad_sq_big"][0], first["grad_norm"][0] ** 2, rtol=1e-5)
-  assert first["learning_rate"][0] == pytest.approx(1e-3)
-  assert first["update_norm"][0] > 0 and first["entropy"][0] > 0
+  assert first["gns_batch_small"] == first["gns_batch_big"] == 16
+  np.testing.assert_allclose(first["gns_grad_sq_big"], first["grad_norm"] ** 2, rtol=1e-5)
+  assert first["learning_rate"] == pytest.approx(1e-3)
+  assert first["update_norm"] > 0 and first["entropy"] > 0
 
 
 @pytest.mark.parametrize("mode", ["seq-mean-token-mean", "token-mean"])
@@ -88,19 +88,19 @@ def test_gns_small_batches_are_the_microbatches_on_one_device(mode):
   fn, state, batch = problem.setup(rl)
   _, metrics = fn(state, batch, jax.random.key(0))
   alone = problem.rl_config("grpo", prompts=2, loss_agg_mode=mode)
-  fn_alone = update_lib.make_update_fn(problem.MODEL, alone, problem.make_optimizer(alone))
-  half = batch["tokens"].shape[1] // 2
+  fn_alone = problem.setup(alone)[0]
+  # Microbatch c holds the groups (of G = 4 rows) c, c + 2: rows 0-3 and 8-11, then 4-7, 12-15.
   norms_sq = []
-  for part in (slice(0, half), slice(half, None)):
+  for part in (np.r_[0:4, 8:12], np.r_[4:8, 12:16]):
     _, part_state, _ = problem.setup(alone)
-    _, part_metrics = fn_alone(part_state, {k: v[:, part] for k, v in batch.items()},
+    _, part_metrics = fn_alone(part_state, {k: v[part] for k, v in batch.items()},
                                jax.random.key(0))
-    norms_sq.append(part_metrics["grad_norm"][0] ** 2)
-  np.testing.assert_allclose(metrics["gns_grad_sq_small"][0], np.mean(norms_sq), rtol=1e-4)
-  np.testing.assert_allclose(metrics["gns_grad_sq_big"][0], metrics["grad_norm"][0] ** 2, rtol=1e-5)
-  assert (metrics["gns_batch_small"][0], metrics["gns_batch_big"][0]) == (8, 16)
+    norms_sq.append(part_metrics["grad_norm"] ** 2)
+  np.testing.assert_allclose(metrics["gns_grad_sq_small"], np.mean(norms_sq), rtol=1e-4)
+  np.testing.assert_allclose(metrics["gns_grad_sq_big"], metrics["grad_norm"] ** 2, rtol=1e-5)
+  assert (metrics["gns_batch_small"], metrics["gns_batch_big"]) == (8, 16)
   # Two different halves: their own gradients are noisier than the whole batch's.
-  assert metrics["gns_grad_sq_small"][0] > metrics["gns_grad_sq_big"][0]
+  assert metrics["gns_grad_sq_small"] > metrics["gns_grad_sq_big"]
 
 
 def test_gns_of_two_identical_microbatches_sees_no_noise():
@@ -108,10 +108,11 @@ def test_gns_of_two_identical_microbatches_sees_no_noise():
   # the whole batch's: |g_small|^2 = |g_big|^2, i.e. tr(Sigma) = 0 in B_simple.
   rl = problem.rl_config("grpo", microbatches=2)
   fn, state, batch = problem.setup(rl)
-  half = batch["tokens"].shape[1] // 2
-  doubled = {k: np.concatenate([v[:, :half], v[:, :half]], axis=1) for k, v in batch.items()}
+  # Microbatch c holds the groups (of G = 4 rows) c, c + 2: groups 0, 0, 1, 1 give both
+  # microbatches groups 0 and 1.
+  doubled = {k: np.concatenate([v[0:4], v[0:4], v[4:8], v[4:8]]) for k, v in batch.items()}
   _, metrics = fn(state, doubled, jax.random.key(0))
-  np.testing.assert_allclose(metrics["gns_grad_sq_small"][0], metrics["gns_grad_sq_big"][0],
+  np.testing.assert_allclose(metrics["gns_grad_sq_small"], metrics["gns_grad_sq_big"],
                              rtol=1e-5)
 
 
@@ -132,14 +133,14 @@ def test_no_recompilation_after_the_first_step(grpo_runs):
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
   assert not compiles
-  assert int(update_lib.unreplicate(state.step)) == 4
+  assert int(state.step) == 4
 
 
 def test_loss_and_grad_norm_match_a_direct_full_batch_computation():
   rl = problem.rl_config("dapo", microbatches=2, entropy_coef=0.01)  # token-mean, clip-higher
   fn, state, batch = problem.setup(rl)
-  host = {k: v[0] for k, v in batch.items()}
-  params = jax.device_get(update_lib.unreplicate(state.params))
+  host = batch
+  params = jax.device_get(state.params)
   mask = host["response_mask"]
 
   def loss_fn(p):
@@ -153,12 +154,12 @@ def test_loss_and_grad_norm_match_a_direct_full_batch_computation():
 
   loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params)
   _, metrics = fn(state, batch, jax.random.key(0))
-  np.testing.assert_allclose(metrics["loss"][0], loss, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5, atol=1e-7)
   grad_norm = float(jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))))
-  np.testing.assert_allclose(metrics["grad_norm"][0], grad_norm, rtol=1e-5)
+  np.testing.assert_allclose(metrics["grad_norm"], grad_norm, rtol=1e-5)
   # At ratio 1 the PPO loss is -(token mean of the advantage).
   expected_pg = -np.sum(host["advantages"][:, None] * mask) / mask.sum()
-  np.testing.assert_allclose(metrics["pg_loss"][0], expected_pg, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(metrics["pg_loss"], expected_pg, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
@@ -170,12 +171,12 @@ def test_bfloat16_params_keep_their_dtype_with_float32_adam_moments(algorithm):
   params, critic = problem.initial_params(rl)
   to_bf16 = lambda tree: jax.tree.map(lambda x: x.astype(jnp.bfloat16), tree)  # noqa: E731
   params, critic = to_bf16(params), (None if critic is None else to_bf16(critic))
-  host = problem.host_batch(rl, params, critic, devices=jax.local_devices()[:1])
+  host = problem.host_batch(rl, params, critic)
   tx = problem.make_optimizer(rl)
-  state = update_lib.replicate(state_lib.create_train_state(params, tx, critic_params=critic))
-  fn = update_lib.make_update_fn(config, rl, tx)
-  new_state, metrics = fn(state, update_lib.shard_batch(host, 1), jax.random.key(0))
-  new_state = jax.device_get(update_lib.unreplicate(new_state))
+  fn = update_fn.make_update_fn(config, rl, tx, problem.one_device_mesh())
+  state = problem.placed_state(fn, params, tx, critic)
+  new_state, metrics = fn(state, host, jax.random.key(0))
+  new_state = jax.device_get(new_state)
   trees = [(new_state.params, new_state.opt_state, params)]
   if critic is not None:
     trees.append((new_state.critic_params, new_state.critic_opt_state, critic))
@@ -186,7 +187,7 @@ def test_bfloat16_params_keep_their_dtype_with_float32_adam_moments(algorithm):
     moved = jax.tree.map(lambda a, b: np.any(np.asarray(a, np.float32) != np.asarray(b, np.float32)),
                          new_params, old_params)
     assert any(jax.tree.leaves(moved))
-  assert np.isfinite(metrics["loss"][0]) and metrics["grad_norm"][0] > 0
+  assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
 
 
 def test_epochs_and_shuffled_minibatches():
@@ -194,26 +195,28 @@ def test_epochs_and_shuffled_minibatches():
   run = problem.run_updates(rl, steps=1, optim=problem.optim_config(learning_rate=0.05))
   metrics = run.metrics[0]
   # Four optimizer updates, the later ones on a moved policy.
-  assert metrics["ratio_max"][0] > 1.001 or metrics["ratio_min"][0] < 0.999
-  assert metrics["gns_batch_big"][0] == 8  # responses per minibatch
+  assert metrics["ratio_max"] > 1.001 or metrics["ratio_min"] < 0.999
+  assert metrics["gns_batch_big"] == 8  # responses per minibatch
 
 
 def test_batch_errors(grpo_runs):
   run = grpo_runs[1]
   with pytest.raises(ValueError, match=r"update batch lacks \['ref_logp'\]"):
     run.fn(run.state, {k: v for k, v in run.batch.items() if k != "ref_logp"}, jax.random.key(0))
-  with pytest.raises(ValueError, match=r"batch\['old_logp'\] has per-device shape \(16, 4\), expected \(16, 5\)"):
+  with pytest.raises(ValueError, match=r"batch\['old_logp'\] has shape \(16, 4\), expected \(16, 5\)"):
     run.fn(run.state, {**run.batch, "old_logp": run.batch["old_logp"][..., :4]}, jax.random.key(0))
-  with pytest.raises(ValueError, match="leading device axis of 1"):
-    run.fn(run.state, {k: v[0] for k, v in run.batch.items()}, jax.random.key(0))
-  ppo_fn = update_lib.make_update_fn(problem.MODEL, problem.rl_config("ppo"), optax.adam(1e-3))
+  with pytest.raises(ValueError, match=r"global rows, no device axis"):
+    run.fn(run.state, {k: v[None] for k, v in run.batch.items()}, jax.random.key(0))
+  ppo_fn = update_fn.make_update_fn(problem.MODEL, problem.rl_config("ppo"), optax.adam(1e-3),
+                                    problem.one_device_mesh())
   with pytest.raises(ValueError, match="trains a critic"):
     ppo_fn(run.state, run.batch, jax.random.key(0))
 
 
 def test_invalid_config_is_rejected_when_building():
   with pytest.raises(ValueError, match=r"must be divisible by devices \(1\) x rl.minibatches \(1\) x rl.microbatches \(3\)"):
-    update_lib.make_update_fn(problem.MODEL, problem.rl_config("grpo", microbatches=3), optax.adam(1e-3))
+    update_fn.make_update_fn(problem.MODEL, problem.rl_config("grpo", microbatches=3),
+                             optax.adam(1e-3), problem.one_device_mesh())
 
 
 def test_optimizer_args():
@@ -231,21 +234,18 @@ def test_ppo_epochs_and_minibatches_follow_the_sample_schedule():
   rl = problem.rl_config("ppo", epochs=2, minibatches=2)
   optim = problem.optim_config(schedule="linear", schedule_unit="samples", warmup_samples=32)
   run = problem.run_updates(rl, steps=3, optim=optim)
-  np.testing.assert_allclose([m["learning_rate"][0] for m in run.metrics], [5e-4, 1e-3, 5e-4],
+  np.testing.assert_allclose([m["learning_rate"] for m in run.metrics], [5e-4, 1e-3, 5e-4],
                              rtol=1e-6)
 
 
-def test_shard_batch_and_replicate_helpers():
-  out = update_lib.shard_batch({"a": np.arange(8), "b": np.ones((8, 2))}, 2)
-  np.testing.assert_array_equal(out["a"], [[0, 1, 2, 3], [4, 5, 6, 7]])
-  assert out["b"].shape == (2, 4, 2)
-  with pytest.raises(ValueError, match="does not split evenly over 3 devices"):
-    update_lib.shard_batch({"a": np.arange(8)}, 3)
-  with pytest.raises(ValueError, match="same leading batch size"):
-    update_lib.shard_batch({"a": np.arange(8), "b": np.arange(4)}, 2)
-  tree = {"w": np.arange(3.0)}
-  np.testing.assert_array_equal(update_lib.unreplicate(update_lib.replicate(tree))["w"], tree["w"])
-  assert update_lib.replicate_key(jax.random.key(0), 2).shape == (2,)
+def test_interleaved_slices_by_hand():
+  rows = np.arange(16)
+  np.testing.assert_array_equal(update_lib.interleaved_slices(rows, 4),
+                                [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]])
+  # Blocks of 4 rows (whole groups of G = 4): slice c holds the groups c, c + 2.
+  np.testing.assert_array_equal(update_lib.interleaved_slices({"a": rows}, 2, block=4)["a"],
+                                [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]])
+  assert update_lib.interleaved_slices(np.ones((8, 3, 2)), 2).shape == (2, 4, 3, 2)
 
 
 @pytest.mark.parametrize("setting, rows, width, platform, expected", [
@@ -286,14 +286,13 @@ def test_microbatch_count_keeps_groups_and_gives_the_noise_scale_two_slices(
 
 
 def test_noise_scale_split_warning():
-  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=2, group=8), 1) is None
-  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=1, group=8), 2) is None
-  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=1, group=8), 1) == (
+  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=2, group=8)) is None
+  assert update_lib.noise_scale_split_warning(problem.rl_config("grpo", prompts=1, group=8)) == (
       "warning: train.measure_noise_scale: the gradient noise scale cannot be measured at this "
-      "batch on one device: its 8 rows per minibatch do not split into 2 or more slices of whole "
+      "batch: its 8 rows per minibatch do not split into 2 or more slices of whole "
       "groups of rl.group_size=8")
   explicit = problem.rl_config("grpo", prompts=4, group=8, microbatches=1)
-  assert update_lib.noise_scale_split_warning(explicit, 1).endswith(
+  assert update_lib.noise_scale_split_warning(explicit).endswith(
       "rl.microbatches=1 gives one slice (unset it, or set it >= 2)")
 
 
@@ -302,11 +301,12 @@ def test_measure_noise_scale_splits_the_update_in_two(grpo_runs):
   # the update is the same (accumulation is exact).
   rl = problem.rl_config("grpo", microbatches=None, kl_coef=0.1)
   _, state, batch = problem.setup(rl)
-  fn = update_lib.make_update_fn(problem.MODEL, rl, problem.make_optimizer(rl),
+  fn = update_fn.make_update_fn(problem.MODEL, rl, problem.make_optimizer(rl),
+                                problem.one_device_mesh(),
                                  measure_noise_scale=True)
   state, metrics = fn(state, batch, jax.random.key(100))
-  assert (metrics["gns_batch_small"][0], metrics["gns_batch_big"][0]) == (8, 16)
-  assert grpo_runs[1].metrics[0]["gns_batch_small"][0] == 16  # 1 slice: small = big
+  assert (metrics["gns_batch_small"], metrics["gns_batch_big"]) == (8, 16)
+  assert grpo_runs[1].metrics[0]["gns_batch_small"] == 16  # 1 slice: small = big
   np.testing.assert_allclose(metrics["loss"], grpo_runs[1].metrics[0]["loss"], rtol=1e-5)
 
 
@@ -318,5 +318,5 @@ def test_unset_microbatches_choose_slices_with_the_same_update(grpo_runs, monkey
   if jax.default_backend() != "cpu":
     pytest.skip("the CPU rule")
   auto = problem.run_updates(problem.rl_config("grpo", microbatches=None, kl_coef=0.1))
-  assert auto.metrics[0]["gns_batch_small"][0] == 4  # 4 slices of 4 rows
+  assert auto.metrics[0]["gns_batch_small"] == 4  # 4 slices of 4 rows
   assert _max_diff(grpo_runs[1].params, auto.params) < 1e-6

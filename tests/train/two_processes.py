@@ -1,7 +1,8 @@
 """Two worker processes joined by jax.distributed on localhost, checked against the one-process
-update of the shared tiny problem (tests/train/update_problem.py). Used by the pmap path's and the
-mesh path's multi-process tests; each worker module takes `process ID PORT OUT` and saves the
-parameters after two steps and the last loss (`__loss__`) to OUT (.npz)."""
+update of the shared tiny problem (tests/train/update_problem.py). Used by the multi-process tests
+of tests/train and tests/parallel (data-only and data x fsdp meshes); each worker module takes
+`process ID PORT OUT` and saves the parameters after two steps and the last loss (`__loss__`) to
+OUT (.npz)."""
 
 import os
 import socket
@@ -47,4 +48,4 @@ def assert_match_one_process(saved: list, params_atol: float) -> None:
           for path, leaf in jax.tree_util.tree_flatten_with_path(reference.params)[0]}
   for out in saved:
     assert max(float(np.max(np.abs(out[k] - flat[k]))) for k in flat) < params_atol
-    np.testing.assert_allclose(out["__loss__"], reference.metrics[-1]["loss"][0], rtol=1e-5)
+    np.testing.assert_allclose(out["__loss__"], reference.metrics[-1]["loss"], rtol=1e-5)
