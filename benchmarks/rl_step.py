@@ -13,8 +13,8 @@ gradient clipping at norm 1 as both default to), float32, no gradient checkpoint
   rlscale: the runner's own step (`rlscale.runner.rl_step.rl_step` on the Run that
     `builders.build_run` makes from the W2 config, its sampler's EOS disabled: the jitted Sampler
     with the shared prefill, the verifier through `score_batch`, GRPO advantages, the jitted
-    update step with its per-executable CPU compiler options, all on the mesh {data: 1}), at rollout.host_threads 1 (the runner's
-    default) and at the CPU count (row chunks decoded concurrently, what the config recommends for
+    update step with its per-executable CPU compiler options, all on the mesh {data: 1}), at
+    rollout.host_threads 1 (the runner's default) and at the CPU count (row chunks decoded concurrently, what the config recommends for
     long responses on a CPU); the better is rlscale's figure, as for TRL's thread counts.
   TRL: `GRPOTrainer` (loss_type "grpo", the same seq-mean-token-mean as rlscale's GRPO preset)
     with a reward function that calls the same verifier, at 1 torch thread and at the CPU count
@@ -157,10 +157,10 @@ class RlscaleStep:
     sampler = Sampler(model_config, args.new_tokens, SamplingConfig(temperature=1.0), (),
                       run.tokenizer.pad_id, layout.mesh, prompt_buckets=run.prompt_buckets,
                       param_shardings=layout.state_shardings.params, host_threads=host_threads)
-    self.run = dataclasses.replace(
-        run, model_config=model_config, sampler=sampler,
-        update_fn=update_fn_lib.make_update_fn(model_config, rl, self.optimizer, layout.mesh,
-                                               state_shardings=layout.state_shardings))
+    update = update_fn_lib.make_update_fn(model_config, rl, self.optimizer, layout.mesh,
+                                          state_shardings=layout.state_shardings)
+    self.run = dataclasses.replace(run, model_config=model_config, sampler=sampler,
+                                   trainer=dataclasses.replace(run.trainer, update=update))
     self.logp_fn = passes.make_logp_fn(model_config, 1.0, layout.mesh,
                                        layout.state_shardings.params)
     rows = args.prompts * args.group

@@ -89,27 +89,33 @@ def _update_fn(run, model_config, rl_config, optimizer, **kwargs):
                                       state_shardings=run.layout.state_shardings, **kwargs)
 
 
+def _with_update(run, update, **changes):
+  """`run` with its trainer's update step replaced (and the other Run fields in `changes`)."""
+  return dataclasses.replace(run, trainer=dataclasses.replace(run.trainer, update=update),
+                             **changes)
+
+
 def variant_run(name: str, config, run):
   """The Run of variant `name` (see the module docstring) built from the runner's `run`."""
   if name in ("baseline", "step_only"):
     return run
   if name == "no_ynn":
-    return dataclasses.replace(run, update_fn=_update_fn(
+    return _with_update(run, _update_fn(
         run, run.model_config, run.rl_config, _optimizer(config, run), cpu_compiler_options={}))
   if name == "remat":
     model_config = run.model_config.replace(remat=True)
-    return dataclasses.replace(run, model_config=model_config, update_fn=_update_fn(
-        run, model_config, run.rl_config, _optimizer(config, run)))
+    return _with_update(run, _update_fn(run, model_config, run.rl_config, _optimizer(config, run)),
+                        model_config=model_config)
   if name in ("full_last_layer", "before"):
-    return dataclasses.replace(run, update_fn=_update_fn(
+    return _with_update(run, _update_fn(
         run, run.model_config, run.rl_config, _optimizer(config, run)))
   if name == "full_prompt":
     return run
   if name.startswith("microbatches_"):
     rl_config = ml_collections.ConfigDict(run.rl_config.to_dict())
     rl_config.microbatches = int(name.split("_")[1])
-    return dataclasses.replace(run, rl_config=rl_config, update_fn=_update_fn(
-        run, run.model_config, rl_config, _optimizer(config, run)))
+    return _with_update(run, _update_fn(run, run.model_config, rl_config, _optimizer(config, run)),
+                        rl_config=rl_config)
   raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -166,7 +172,7 @@ class StepOnly:
     if index not in self.batches:
       batch, _ = update_batch.make_update_batch(self.run, state, generated)
       self.batches[index] = batch.arrays()
-    state, metrics = self.run.update_fn(state, self.batches[index], key)
+    state, metrics = self.run.trainer.update(state, self.batches[index], key)
     jax.block_until_ready(metrics)
     return {f"train/{k}": v for k, v in metrics.items()}, state
 

@@ -12,7 +12,7 @@ router and two experts, 2 x 3 x 128 x 192 = 147,456 expert parameters per layer,
 dense model's 3 x 128 x 384 MLP, so the active size matches default.py's (plus the 128 x 8
 router) while the total holds 4x the MLP parameters. The load-balancing loss enters the update
 with Qwen3-MoE's coefficient 0.001; the trainer recomputes the behaviour log-probs
-(rl.old_logp defaults to "recompute" for a model with experts, `builders.default_old_logp`).
+(rl.old_logp defaults to "recompute" for a model with experts, `validate.default_old_logp`).
 On CPU the experts run as the dense "every expert, masked" dispatch, which measured faster
 there than ragged_dot (`model.moe_dispatch="auto"`); on GPU/TPU auto picks ragged_dot.
 Exported as a HF Qwen3-MoE checkpoint (transformers' Qwen3MoeForCausalLM loads it).

@@ -1,4 +1,5 @@
-"""Config -> the objects one run needs (model, tokenizer, task, sampler, optimizer, update step).
+"""A checked config -> the objects one run needs (`roles.Run`: model, tokenizer, task, sampler,
+trainer, evaluator, state). Builds only: every config check is `validate.check_config`'s.
 
 Kept apart from the loop so Colab users can build a run, poke at its parts, and call the loop.
 """
@@ -7,40 +8,36 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import jax
-import ml_collections
 import numpy as np
 
 from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
 from rlscale.model.config import MOE_FIELDS
-from rlscale.parallel import mesh as mesh_lib
 from rlscale.parallel.data import batch_sharding
 from rlscale.parallel.rules import rules_for_mesh
 from rlscale.rl.advantages import compute_batch_advantages
-from rlscale.rl.presets import resolve_rl_config, validate_rl_config
-from rlscale.runner import hosts as hosts_lib
 from rlscale.runner import layout as layout_lib
 from rlscale.runner import plots
 from rlscale.runner import sft
 from rlscale.runner.batching import encode_prompts, encode_responses
-from rlscale.runner.evaluate import Evaluator, eval_sampling
+from rlscale.runner import hosts as hosts_lib
+from rlscale.runner import validate
+from rlscale.runner.evaluate import Evaluator
+from rlscale.runner.roles import Run, Trainer
 from rlscale.sampler.sampler import Sampler
-from rlscale.sampler.strategies import SamplingConfig
 from rlscale.tasks import make_task
 from rlscale.tasks import verifier as verifier_lib
 from rlscale.train import passes
 from rlscale.train import update as update_lib
 from rlscale.train import update_fn as update_fn_lib
-from rlscale.train.optimizer import make_optimizer, scaled_learning_rate
+from rlscale.train.optimizer import scaled_learning_rate
 from rlscale.train.state import create_train_state, critic_params_from_policy
 
-MODEL_SOURCES = ("builtin", "hf")
 SFT_DIR = "sft"  # the warm-start cache inside a workdir when sft.cache_dir is unset
 DEFAULT_EVAL_SIZE = 256  # held-out prompts when task.eval_size and task.default_eval_size are None
 MODEL_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
@@ -49,79 +46,6 @@ MODEL_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "
 # section has them (experiments/configs/moe.py); absent, the model is dense.
 MOE_MODEL_FIELDS = MOE_FIELDS
 
-
-def model_has_experts(config) -> bool:
-  """Whether the configured policy has MoE layers: model.num_experts > 0 for the built-in model,
-  the checkpoint's config.json for model.source "hf" (read, not the weights)."""
-  if config.model.source == "hf":
-    from rlscale.model.hf_checkpoint import load_hf_config  # pylint: disable=g-import-not-at-top
-    return load_hf_config(config.model.checkpoint_path).moe_fields_in_use
-  return bool(config.model.get("num_experts") or 0)
-
-
-def default_old_logp(config, rl):
-  """rl with old_logp "recompute" when config.rl.old_logp is unset and the policy has experts:
-  the sampler's KV-cached decode and the trainer's full forward may route a token to different
-  experts (a tie broken by rounding), and the ratio's denominator should be the trainer's
-  (as verl and other RL systems do for MoE). An explicit rl.old_logp is kept."""
-  if config.rl.get("old_logp") is None and model_has_experts(config):
-    rl.old_logp = "recompute"
-  return rl
-
-
-def routing_replay(config, model_config: ModelConfig) -> bool:
-  """config.model.moe_routing_replay (False when a config lacks it): the update step and the
-  recomputed old_logp pass use the experts the sampler chose for each response position (R3,
-  `moe.replayed_routing`) instead of routing again.
-
-  Raises: ValueError when it is on for a model without experts."""
-  replay = bool(config.model.get("moe_routing_replay", False))
-  if replay and not model_config.moe_layers:
-    raise ValueError("model.moe_routing_replay=True needs a model with experts "
-                     "(model.num_experts > 0, e.g. experiments/configs/moe.py); this model is dense")
-  return replay
-
-
-@dataclasses.dataclass
-class Run:
-  """Everything the loop needs for one experiment (see `build_run`)."""
-  rl_config: Any
-  model_config: ModelConfig
-  tokenizer: Any
-  task: Any
-  sampler: Sampler
-  evaluator: Evaluator
-  state: Any  # TrainState: global arrays placed by `layout` (the state's shardings)
-  update_fn: Callable
-  ref_params: Any  # the frozen reference policy (KL) on the mesh, or None
-  # (params, batch) -> response log-probs at rl.temperature: ref_logp from ref_params, and
-  # old_logp from the current params when rl.old_logp == "recompute"; None when neither is needed.
-  logp_fn: Callable | None
-  value_fn: Callable | None
-  prompt_buckets: Sequence[int]
-  num_devices: int
-  # Seconds from loading the tokenizer and model to the end of the warm start (SFT, or loading it
-  # from the cache) in this process; not part of the RL wall time.
-  warm_start_seconds: float
-  total_steps: int  # RL steps of the run (train.total_steps, or from train.total_samples)
-  # compute_batch_advantages for this run's rl config, jitted: (rewards, response_mask, *,
-  # old_logp, ref_logp, values) -> {"advantages", ...}
-  advantage_fn: Callable
-  export_dtype: str = "float32"  # dtype of the exported policy (see build_model)
-  log: Callable[[str], None] = print
-  title: str = ""  # what the run is (plots.run_title): algorithm, P x G = B, lr and its rule
-  starting_point: str = "warm start"  # starting_point_label: what RL starts from, for logs
-  smoke: bool = False  # config.smoke: a smoke variant, which checks the pipeline, not learning
-  # Where the arrays live: the mesh and the state's shardings (`layout.MeshLayout`).
-  layout: Any = None
-  # model.moe_routing_replay: the trainer replays the sampler's experts (`routing_replay`).
-  routing_replay: bool = False
-
-  @property
-  def export_config(self) -> ModelConfig:
-    """The policy's config for export (`save_hf_checkpoint`): parameters stored in
-    export_dtype, the source's dtype, while training keeps float32 master weights."""
-    return self.model_config.replace(param_dtype=self.export_dtype)
 
 
 def _env_int(name: str) -> int | None:
@@ -149,101 +73,6 @@ def maybe_initialize_distributed(setting) -> None:
     jax.distributed.initialize(num_processes=_env_int("JAX_NUM_PROCESSES"),
                                process_id=_env_int("JAX_PROCESS_ID"))
 
-
-def prompt_buckets(max_prompt_tokens: int) -> tuple[int, ...]:
-  """Powers of two from 16 up to max_prompt_tokens, then max_prompt_tokens itself."""
-  if max_prompt_tokens < 1:
-    raise ValueError(f"rollout.max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
-  buckets, b = [], 16
-  while b < max_prompt_tokens:
-    buckets.append(b)
-    b *= 2
-  return tuple(buckets) + (max_prompt_tokens,)
-
-
-def check_model_source(config) -> None:
-  """Raises ValueError / FileNotFoundError for a bad model.source or a missing checkpoint path."""
-  source, path = config.model.source, config.model.checkpoint_path
-  if source not in MODEL_SOURCES:
-    raise ValueError(f"model.source={source!r} is not one of {list(MODEL_SOURCES)}")
-  if source == "hf" and not path:
-    raise ValueError("model.source='hf' needs model.checkpoint_path: a local HF checkpoint "
-                     "directory (config.json, *.safetensors, tokenizer.json); nothing is downloaded")
-  if source == "hf" and not os.path.isdir(path):
-    raise FileNotFoundError(f"model.checkpoint_path={path!r} is not a directory; point it at a "
-                            "local HF checkpoint (config.json, *.safetensors, tokenizer.json)")
-
-
-def rollout_sampling(config, rl) -> SamplingConfig:
-  """The training SamplingConfig from config.rollout; raises ValueError naming the rollout.* field
-  (or the double overlong shaping: task.overlong_max_len together with rl.overlong_buffer_frac)."""
-  rollout = config.rollout
-  for name in ("max_new_tokens", "host_threads"):
-    value = rollout[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # True is an int
-      raise ValueError(f"rollout.{name} must be an int >= 1, got {value!r}")
-  if config.task.get("overlong_max_len") and rl.overlong_buffer_frac > 0:
-    raise ValueError("overlong shaping is on twice: task.overlong_max_len and "
-                     "rl.overlong_buffer_frac; set task.overlong_max_len=None or "
-                     "rl.overlong_buffer_frac=0")
-  try:
-    min_p = rollout.get("min_p")  # None = off
-    return SamplingConfig(temperature=rollout.temperature, top_k=rollout.top_k, top_p=rollout.top_p,
-                          min_p=0.0 if min_p is None else min_p)
-  except ValueError as e:
-    raise ValueError(f"rollout: {e}".replace("sampling.", "rollout.")) from None
-
-
-def _check_positive_int(config, field: str, optional: bool = False) -> None:
-  value = config.train.get(field)
-  if optional and value is None:
-    return
-  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    allowed = "an int >= 1 or None" if optional else "an int >= 1"
-    raise ValueError(f"train.{field} must be {allowed}, got {value!r}")
-
-
-def resolve_total_steps(train, batch_size: int) -> int:
-  """RL steps of a run: `train.total_steps`, or ceil(train.total_samples / B) with a sample budget.
-
-  B = P * G responses per step. With a budget the run consumes ceil(N / B) * B responses (up to
-  B - 1 over it when B does not divide N; DAPO's extra sampling rounds consume more, but the step
-  count, which the LR schedule needs, still follows from B).
-
-  Raises ValueError when neither field is set, or both are set and disagree (naming both)."""
-  total_samples, total_steps = train.get("total_samples"), train.get("total_steps")
-  if total_samples is None:
-    if total_steps is None:
-      raise ValueError("set train.total_steps (RL steps) or train.total_samples (a budget in "
-                       "responses); both are None")
-    return total_steps
-  steps = -(-total_samples // batch_size)
-  if total_steps is not None and total_steps != steps:
-    raise ValueError(f"train.total_samples={total_samples} at B={batch_size} responses per step "
-                     f"means {steps} steps, but train.total_steps={total_steps}; set "
-                     f"train.total_steps=None (or {steps}), or unset train.total_samples")
-  return steps
-
-
-def check_train_config(config) -> None:
-  """Raises ValueError naming the bad train.* / eval.* / sft.* field."""
-  for field in ("eval_every", "checkpoint_every", "keep_checkpoints"):
-    _check_positive_int(config, field)
-  for field in ("total_steps", "total_samples", "eval_every_samples"):
-    _check_positive_int(config, field, optional=True)
-  if not isinstance(config.eval.pass_k, int) or config.eval.pass_k < 1:
-    raise ValueError(f"eval.pass_k must be an int >= 1, got {config.eval.pass_k!r}")
-  if config.sft.steps < 0 or (config.sft.steps and config.sft.batch_size < 1):
-    raise ValueError(f"sft.steps must be >= 0 and sft.batch_size >= 1, got {config.sft.steps}, "
-                     f"{config.sft.batch_size}")
-  if not config.sft.learning_rate > 0 or not math.isfinite(config.sft.learning_rate):  # NaN too
-    raise ValueError(f"sft.learning_rate must be > 0 and finite, got {config.sft.learning_rate}")
-  if not isinstance(config.train.get("measure_noise_scale", False), bool):
-    raise ValueError(f"train.measure_noise_scale must be True or False, "
-                     f"got {config.train.measure_noise_scale!r}")
-  sft_seed = config.sft.get("seed")
-  if sft_seed is not None and (isinstance(sft_seed, bool) or not isinstance(sft_seed, int)):
-    raise ValueError(f"sft.seed must be an int or None (= seed), got {sft_seed!r}")
 
 
 def held_out_examples(config, task, log) -> list:
@@ -292,17 +121,6 @@ def unscorable_references_warning(config, examples) -> str | None:
           "config file")
 
 
-def model_remat(config) -> bool:
-  """config.model.remat, or when None (the default) True for HF checkpoints and False for the
-  built-in model (its activations are small, and recomputing them costs time). Raises
-  ValueError for anything but None, True or False."""
-  remat = config.model.get("remat")
-  if remat is None:
-    return config.model.source == "hf"
-  if not isinstance(remat, bool):
-    raise ValueError(f"model.remat must be None, True or False, got {remat!r}")
-  return remat
-
 
 def kernel_switches(config) -> dict[str, str]:
   """{"attention_impl", "remat_impl"} from config.model ("auto" when a config lacks them);
@@ -330,8 +148,8 @@ def build_model(config, tokenizer, log, *,
   (`check_model_source`) and works out remat (`model_remat`) here.
   """
   if remat is None:
-    check_model_source(config)
-    remat = model_remat(config)
+    validate.check_model_source(config)
+    remat = validate.model_remat(config)
   if config.model.source == "hf":
     from rlscale.model.hf_checkpoint import load_hf_checkpoint  # pylint: disable=g-import-not-at-top
     path = config.model.checkpoint_path
@@ -369,7 +187,7 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   """SFT on the task's reference answers (cached); skipped for HF checkpoints or sft.steps == 0."""
   if starting_point_label(config) != "warm start":
     return params, 0.0
-  buckets = prompt_buckets(config.rollout.max_prompt_tokens)
+  buckets = validate.prompt_buckets(config.rollout.max_prompt_tokens)
   cache_dir = config.sft.cache_dir or os.path.join(workdir, SFT_DIR)
   # remat and its implementation change memory, not the numbers, and "auto" kernels are the
   # ones caches were made with before the switches existed; the MoE fields of a dense model
@@ -405,41 +223,30 @@ def warm_start(config, workdir, model_config, params, tokenizer, task, log):
   return params, info["seconds"]
 
 
-def mesh_from_config(config):
-  """The Mesh of config.mesh over every device of every process; a config without a mesh
-  section gets data parallelism over all of them (`mesh.mesh_config()`).
 
-  Raises: ValueError (one line naming the field) for bad mesh sizes (`mesh.mesh_shape`)."""
-  mesh_cfg = config.get("mesh")
-  return mesh_lib.make_mesh(mesh_lib.mesh_config() if mesh_cfg is None else mesh_cfg)
-
-
-def build_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, host_state, *,
-                sampling, buckets, tokenizer, measure_noise_scale) -> dict:
-  """The run's device parts on `mesh` (`build_run`): the update step (whose state shardings,
-  from the abstract state, place everything else), the state on the mesh, the sampler and the
-  forward passes the config needs (reference / recomputed behaviour log-probs, PPO's values)."""
-  update_fn = update_fn_lib.make_update_fn_from_checked(  # rl is check_config's
-      model_config, rl, optimizer, mesh, critic_optimizer=critic_optimizer,
+def build_trainer(checked: validate.CheckedConfig, model_config: ModelConfig, params, *,
+                  measure_noise_scale: bool = False) -> Trainer:
+  """The trainer role on `checked.mesh`: the update step (whose state shardings, from the
+  abstract state, place everything else), the forward passes the config needs (reference /
+  recomputed behaviour log-probs, PPO's values), the jitted advantages and the frozen
+  reference (a copy of `params`, the warm start, when the KL is on)."""
+  rl, mesh = checked.rl, checked.mesh
+  update = update_fn_lib.make_update_fn_from_checked(  # rl is check_config's
+      model_config, rl, checked.optimizer, mesh, critic_optimizer=checked.critic_optimizer,
       measure_noise_scale=measure_noise_scale)
-  shardings = update_fn.state_shardings
-  logp_fn = None
-  if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
-    logp_fn = passes.make_logp_fn(model_config, rl.temperature, mesh, shardings.params,
-                                  microbatches=rl.microbatches)
-  value_fn = None
-  if update_lib.uses_critic(rl):
-    value_fn = passes.make_value_fn(model_config, mesh, shardings.critic_params,
-                                    microbatches=rl.microbatches)
+  shardings = update.state_shardings
   layout = layout_lib.MeshLayout(mesh, shardings)
-  return {
-      "sampler": Sampler(model_config, config.rollout.max_new_tokens, sampling,
-                         tuple(tokenizer.eos_ids), tokenizer.pad_id, mesh,
-                         prompt_buckets=buckets, param_shardings=shardings.params,
-                         rules=rules_for_mesh(mesh), host_threads=config.rollout.host_threads),
-      "state": layout.place_state(host_state),
-      "update_fn": update_fn, "logp_fn": logp_fn, "value_fn": value_fn, "layout": layout,
-  }
+  trainer = Trainer(layout=layout, update=update, advantages=advantage_function(rl, mesh),
+                    routing_replay=checked.routing_replay)
+  if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
+    trainer.logp = passes.make_logp_fn(model_config, rl.temperature, mesh, shardings.params,
+                                       microbatches=rl.microbatches)
+  if update_lib.uses_ref_logp(rl):
+    trainer.ref_params = layout.copy_of(params)
+  if update_lib.uses_critic(rl):
+    trainer.values = passes.make_value_fn(model_config, mesh, shardings.critic_params,
+                                          microbatches=rl.microbatches)
+  return trainer
 
 
 def advantage_function(rl, mesh) -> Callable:
@@ -450,96 +257,21 @@ def advantage_function(rl, mesh) -> Callable:
   return jax.jit(functools.partial(compute_batch_advantages, rl), out_shardings=rows)
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckedConfig:
-  """What `check_config` works out from a valid config, without the model or the task.
-
-  Attributes:
-    rl: the resolved `rl` section (presets filled, `default_old_logp` applied).
-    mesh: the Mesh of config.mesh (`mesh_from_config`).
-    batch_parallelism: how many parts a batch's rows are split into (the mesh's batch axes,
-      `mesh.batch_parallelism`).
-    total_steps: RL steps of the run (`resolve_total_steps`).
-    optimizer_args: `make_optimizer` keywords (`update.optimizer_args`).
-    optimizer: the policy's optimizer; critic_optimizer: a PPO critic's (None without a critic).
-    prompt_buckets: the sampler's prompt lengths (`prompt_buckets`).
-    sampling: the rollouts' SamplingConfig; eval_sampling: the sampled held-out metrics'.
-    remat: the policy's rematerialisation (`model_remat`).
-  """
-  rl: Any
-  mesh: Any
-  batch_parallelism: int
-  total_steps: int
-  optimizer_args: dict
-  optimizer: Any
-  critic_optimizer: Any
-  prompt_buckets: tuple
-  sampling: SamplingConfig
-  eval_sampling: SamplingConfig
-  remat: bool
-
-
-def check_config(config) -> CheckedConfig:
-  """Validates everything in `config` that can be checked without building the model, the task
-  or the tokenizer (cheap: no weights are read, nothing compiles; an HF checkpoint's config.json
-  is read for its experts), and returns what it works out (`CheckedConfig`).
-
-  Every config check runs here, once: `rlscale.runner.preflight.check_config` calls it before the
-  workdir exists and hands the result to `build_run`, which then checks nothing again (it calls
-  this itself only when given no `checked`).
-
-  Raises: ValueError naming the field and its allowed values (rl.*, mesh.*, train.*, eval.*,
-  sft.*, optim.*, rollout.*, model.source / model.remat), FileNotFoundError for a missing
-  model.checkpoint_path."""
-  rl = resolve_rl_config(config.rl)
-  mesh = mesh_from_config(config)
-  # A batch's rows are split over the mesh's batch axes (data x fsdp [x expert]).
-  parallelism = mesh_lib.batch_parallelism(mesh)
-  validate_rl_config(rl, num_devices=parallelism)
-  hosts_lib.check_rl_config(rl, hosts_lib.current())
-  check_model_source(config)
-  rl = default_old_logp(config, rl)
-  remat = model_remat(config)
-  check_train_config(config)
-  batch_size = rl.prompts_per_step * rl.group_size
-  total_steps = resolve_total_steps(config.train, batch_size)
-  optimizer_args = update_lib.optimizer_args(rl, total_steps, config.train.get("total_samples"))
-  optimizer = make_optimizer(config.optim, **optimizer_args)
-  critic_optimizer = None
-  if update_lib.uses_critic(rl):
-    critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
-                                      **optimizer_args)
-  sampling = rollout_sampling(config, rl)
-  return CheckedConfig(
-      rl=rl, mesh=mesh, batch_parallelism=parallelism, total_steps=total_steps,
-      optimizer_args=optimizer_args, optimizer=optimizer, critic_optimizer=critic_optimizer,
-      prompt_buckets=prompt_buckets(config.rollout.max_prompt_tokens), sampling=sampling,
-      eval_sampling=eval_sampling(sampling, config.eval.get("sampling")), remat=remat)
-
-
 def build_run(config, workdir: str, log: Callable[[str], None] = print,
-              checked: CheckedConfig | None = None) -> Run:
-  """Builds a `Run` (warm start included) from `config` and `checked`, what `check_config` (or
-  `preflight.check_config`, as `loop.train_and_evaluate` does) made of it. With `checked` None
-  (a direct call: a notebook, a test) it calls `check_config(config)` first, once. No config
-  check runs twice: the model and update-step builders are handed the checked results.
+              checked: validate.CheckedConfig | None = None) -> Run:
+  """Builds a `roles.Run` (warm start included) from `config` and `checked`, what
+  `validate.check_config` (or `preflight.check_config`, as `loop.train_and_evaluate` does) made
+  of it. With `checked` None (a direct call: a notebook, a test) it calls
+  `validate.check_config(config)` first, once; nothing here checks the config again.
 
-  Every part lives on the mesh of config.mesh (`mesh_from_config`; `layout.MeshLayout`): the
-  update step, the sampler, the forward passes, the state and the reference (`build_parts`)."""
+  Every part lives on the mesh of config.mesh (`validate.mesh_from_config`): the sampler, the
+  trainer (`build_trainer`) and the state."""
   maybe_initialize_distributed(config.get("distributed", "auto"))
   num_devices = jax.local_device_count()
   # Everything that can be checked without the model is checked before the (slow) warm start.
   if checked is None:
-    checked = check_config(config)
-  rl, mesh, total_steps = checked.rl, checked.mesh, checked.total_steps
-  optimizer_args, optimizer = checked.optimizer_args, checked.optimizer
-  buckets, sampling, sampled_eval = checked.prompt_buckets, checked.sampling, checked.eval_sampling
-  if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
-    # Dr. GRPO's constant defaults to the response limit Tr; fixed here because the update step
-    # trains on each batch's bucketed response width (rl_step.rl_step), not on Tr. On a copy:
-    # `checked` is the caller's.
-    rl = ml_collections.ConfigDict(rl.to_dict())
-    rl.loss_agg_norm = float(config.rollout.max_new_tokens)
+    checked = validate.check_config(config)
+  rl, mesh, buckets = checked.rl, checked.mesh, checked.prompt_buckets
   task = make_task(config.task, seed=config.seed)
   eval_examples = held_out_examples(config, task, log)
   warning = unscorable_references_warning(config, eval_examples)
@@ -553,51 +285,46 @@ def build_run(config, workdir: str, log: Callable[[str], None] = print,
     log(tokenizers_lib.describe_prompts(tokenizer))
   model_config, params, export_dtype = build_model(config, tokenizer, log, remat=checked.remat)
   params, _ = warm_start(config, workdir, model_config, params, tokenizer, task, log)
-  critic_params, critic_optimizer = None, checked.critic_optimizer
+  critic_params = None
   if update_lib.uses_critic(rl):
     critic_params = critic_params_from_policy(params, model_config, jax.random.key(config.seed + 1))
-  host_state = create_train_state(params, optimizer, critic_params=critic_params,
-                                  critic_optimizer=critic_optimizer)
   measure_noise_scale = config.train.get("measure_noise_scale", False)
-  parts = build_parts(mesh, config, rl, model_config, optimizer, critic_optimizer, host_state,
-                      sampling=sampling, buckets=buckets, tokenizer=tokenizer,
-                      measure_noise_scale=measure_noise_scale)
-  sampler, state, update_fn, layout = parts["sampler"], parts["state"], parts["update_fn"], parts["layout"]
-  logp_fn, value_fn = parts["logp_fn"], parts["value_fn"]
+  trainer = build_trainer(checked, model_config, params, measure_noise_scale=measure_noise_scale)
+  state = trainer.layout.place_state(create_train_state(
+      params, checked.optimizer, critic_params=critic_params,
+      critic_optimizer=checked.critic_optimizer))
+  sampler = Sampler(model_config, config.rollout.max_new_tokens, checked.sampling,
+                    tuple(tokenizer.eos_ids), tokenizer.pad_id, mesh, prompt_buckets=buckets,
+                    param_shardings=trainer.layout.state_shardings.params,
+                    rules=rules_for_mesh(mesh), host_threads=config.rollout.host_threads)
   warning = measure_noise_scale and update_lib.noise_scale_split_warning(rl)
   if warning:
     log(warning)
-  ref_params = None
-  if update_lib.uses_ref_logp(rl):
-    ref_params = layout.copy_of(params)
   if model_config.dtype == "bfloat16" and rl.old_logp == "sampler":
     log("note: bfloat16 compute with rl.old_logp='sampler': the sampler's and the trainer's "
         "log-probs differ by rounding (watch train/sampler_trainer_k3); "
         "--config.rl.old_logp=recompute takes old_logp from a trainer forward")
+  hosts = hosts_lib.current()
   evaluator = Evaluator(task=task, tokenizer=tokenizer, sampler=sampler,
                         examples=eval_examples, prompt_buckets=buckets,
-                        num_devices=layout.num_devices, pass_k=config.eval.pass_k,
-                        sampling=sampled_eval)
+                        num_devices=trainer.layout.num_devices, pass_k=config.eval.pass_k,
+                        sampling=checked.eval_sampling, hosts=hosts)
   warm_start_seconds = time.perf_counter() - t0
+  update_batch = checked.optimizer_args["batch_size"]
   title = plots.run_title(
       algorithm=config.rl.algorithm, prompts_per_step=rl.prompts_per_step,
-      group_size=rl.group_size, update_batch=optimizer_args["batch_size"],
-      learning_rate=scaled_learning_rate(config.optim, optimizer_args["batch_size"]),
+      group_size=rl.group_size, update_batch=update_batch,
+      learning_rate=scaled_learning_rate(config.optim, update_batch),
       base_learning_rate=config.optim.learning_rate, lr_scaling=config.optim.lr_scaling,
       reference_batch=config.optim.reference_batch, schedule=config.optim.schedule)
-  processes = jax.process_count()
-  where = f" on each of {processes} processes" if processes > 1 else ""
+  where = f" on each of {hosts.count} processes" if hosts.count > 1 else ""
   if mesh.size > 1:
     where += f", mesh {dict(mesh.shape)}"
-  log(f"setup: {num_devices} device(s){where}, {title}; {total_steps} steps; model load and warm start "
-      f"{warm_start_seconds:.1f} s (not in the RL wall time)")
+  log(f"setup: {num_devices} device(s){where}, {title}; {checked.total_steps} steps; model load "
+      f"and warm start {warm_start_seconds:.1f} s (not in the RL wall time)")
   return Run(rl_config=rl, model_config=model_config, tokenizer=tokenizer, task=task,
-             sampler=sampler, evaluator=evaluator, state=state, update_fn=update_fn,
-             ref_params=ref_params, logp_fn=logp_fn, value_fn=value_fn,
+             sampler=sampler, trainer=trainer, evaluator=evaluator, state=state,
              prompt_buckets=buckets, num_devices=num_devices,
-             warm_start_seconds=warm_start_seconds, total_steps=total_steps,
-             advantage_fn=advantage_function(rl, mesh),
-             export_dtype=export_dtype, log=log,
-             title=title, smoke=bool(config.get("smoke", False)),
-             starting_point=starting_point_label(config), layout=layout,
-             routing_replay=routing_replay(config, model_config))
+             warm_start_seconds=warm_start_seconds, total_steps=checked.total_steps,
+             hosts=hosts, export_dtype=export_dtype, log=log, title=title,
+             smoke=bool(config.get("smoke", False)), starting_point=starting_point_label(config))

@@ -89,6 +89,8 @@ class Evaluator:
     pass_k: samples per prompt for the sampled metrics and pass@k.
     sampling: the SamplingConfig of the sampled metrics (`eval_sampling`: the rollout's unless
       eval.sampling overrides it); greedy accuracy always decodes at temperature 0.
+    hosts: this process's place among the run's processes (`hosts.Hosts`; one process by
+      default): each samples and scores its share of the prompts.
   """
   task: Any
   tokenizer: Any
@@ -98,6 +100,7 @@ class Evaluator:
   num_devices: int
   pass_k: int
   sampling: SamplingConfig
+  hosts: hosts_lib.Hosts = hosts_lib.Hosts()
 
   def _score(self, params, tokens, mask, rng, sampling, samples_per_prompt: int):
     """[P * samples_per_prompt] shaped rewards (float32) and verdicts (bool), row
@@ -107,7 +110,7 @@ class Evaluator:
     processes each samples and scores its contiguous share (`hosts.own_rows`), and the rows of
     all are gathered in process order: the one-process rows, as the sampler's noise follows a
     row's place in the global batch."""
-    hosts = hosts_lib.current()
+    hosts = self.hosts
     (tokens, mask), num_prompts = pad_to_multiple([tokens, mask], self.num_devices)
     examples = list(self.examples) + [self.examples[-1]] * (len(tokens) - num_prompts)
     tokens, mask = hosts_lib.own_rows((tokens, mask), hosts)

@@ -43,6 +43,7 @@ import tqdm
 from rlscale import outputs
 from rlscale.cli import TrainingDiverged
 from rlscale.runner import builders
+from rlscale.runner import validate
 from rlscale.runner import hosts as hosts_lib
 from rlscale.runner import preflight
 from rlscale.runner import progress
@@ -145,7 +146,7 @@ def _finished_run(config, workdir: str, writer: bool) -> dict[str, Any] | None:
 
 
 def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
-                        checked: builders.CheckedConfig) -> dict[str, Any]:
+                        checked: validate.CheckedConfig) -> dict[str, Any]:
   hosts = hosts_lib.current()
   # Again under the lock (the writer asked before taking it): a run that finished and released
   # the lock in between is answered, not redone; the other processes ask here only.
@@ -194,7 +195,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
   eval_key = evaluation_key(config.task.get("eval_seed", 1234))
   if latest is None:
     with clock.measure("evaluation"):
-      warm_eval = held_out_metrics(run, state.params, eval_key, hosts)
+      warm_eval = run.evaluator(state.params, eval_key)
     logger.write({"step": 0, "samples": 0, **warm_eval, **clock.record(interval=False)})
     run.log(f"{run.starting_point}: held-out greedy accuracy "
             f"{warm_eval['eval/greedy_accuracy']:.3f}, "
@@ -242,7 +243,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
           samples_after=counters["samples"], eval_every=config.train.eval_every,
           eval_every_samples=config.train.get("eval_every_samples")):
         with clock.measure("evaluation"):
-          last_eval = held_out_metrics(run, state.params, eval_key, hosts)
+          last_eval = run.evaluator(state.params, eval_key)
         record.update(last_eval)
         shown_accuracy = last_eval["eval/greedy_accuracy"]
       # time/* covers everything since the previous record (the previous step's checkpoint too).
@@ -343,12 +344,6 @@ class _NullLogger:
     pass
 
 
-def held_out_metrics(run, params, key, hosts: hosts_lib.Hosts) -> dict[str, float]:
-  """Held-out metrics (`run.evaluator`) on the whole held-out set. With several processes each
-  samples and scores its share of the prompts and every process gets the metrics of the union
-  (`evaluate.Evaluator`), exactly those of a one-process run on the same mesh."""
-  del hosts  # the evaluator shares the work out itself
-  return run.evaluator(params, key)
 
 
 

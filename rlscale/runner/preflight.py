@@ -11,7 +11,7 @@ config that cannot run fails in well under a second and leaves nothing on disk:
    experiments/configs/default.py documents infinity or NaN as a setting ("off" is None, 0 or a
    value <= 0), so a NaN or infinite float is always a mistake; a NaN learning rate used to train
    a NaN policy to the end and export it.
-2. Everything `builders.check_config` validates without the model (rl presets, mesh, train.*,
+2. Everything `validate.check_config` validates without the model (rl presets, mesh, train.*,
    optimizer, sampling), whose result `loop.train_and_evaluate` hands to `builders.build_run`:
    every config check runs once, here, and nothing is checked again while the run is built.
 3. Memory (`estimate_memory`, `check_memory`): the bytes of the arrays a run cannot do without,
@@ -38,6 +38,7 @@ import numpy as np
 
 from rlscale.model.config import ModelConfig
 from rlscale.runner import builders
+from rlscale.runner import validate
 from rlscale.tokenizers import CharTokenizer
 from rlscale.train import memory
 from rlscale.train import update as update_lib
@@ -144,7 +145,7 @@ def check_seeds(config) -> None:
                        "(what jax.random.key takes)")
 
 
-def check_critic_seed(config, checked: builders.CheckedConfig) -> None:
+def check_critic_seed(config, checked: validate.CheckedConfig) -> None:
   """A critic's head is initialised from `jax.random.key(seed + 1)`: with one, `seed` must be at
   most 2^63 - 2."""
   if update_lib.uses_critic(checked.rl) and config.seed == SEED_MAX:
@@ -256,14 +257,14 @@ def update_microbatch_rows(rl, rows: int, width: int, platform: str,
   return 1 if measure_noise_scale else rows
 
 
-def _mesh_sizes(checked: builders.CheckedConfig) -> tuple[int, int]:
+def _mesh_sizes(checked: validate.CheckedConfig) -> tuple[int, int]:
   """(devices of the run, ways the parameters are split): the data axis keeps a full copy on
   each of its devices; fsdp x tensor (x expert) split them."""
   devices = checked.mesh.devices.size
   return devices, devices // checked.mesh.shape["data"]
 
 
-def estimate_memory(config, checked: builders.CheckedConfig, model: ModelConfig,
+def estimate_memory(config, checked: validate.CheckedConfig, model: ModelConfig,
                     pool: Pool, *, platform: str) -> list[Phase]:
   """The phases of a run whose arrays must fit in `pool` at once, each a lower bound in bytes.
 
@@ -394,7 +395,7 @@ def sft_width(config) -> int:
   return config.rollout.max_prompt_tokens + config.rollout.max_new_tokens
 
 
-def sft_phase(config, checked: builders.CheckedConfig, model: ModelConfig, pool: Pool, *,
+def sft_phase(config, checked: validate.CheckedConfig, model: ModelConfig, pool: Pool, *,
               platform: str) -> Phase:
   """The SFT warm start's arrays in `pool` (see `estimate_memory`): on the device side one jitted
   copy of the state, gradients and the whole batch's activations; on a CPU backend (or in the
@@ -451,14 +452,14 @@ def memory_error(phase: Phase, pool: Pool) -> str:
           f"from below: rlscale/runner/preflight.py; {SKIP_MEMORY_ENV}=1 skips this check)")
 
 
-def check_memory(config, checked: builders.CheckedConfig,
+def check_memory(config, checked: validate.CheckedConfig,
                  model: Optional[ModelConfig] = None,
                  pools: Optional[Sequence[Pool]] = None) -> None:
   """Raises ValueError (`memory_error`) for the first phase of `estimate_memory` (SFT warm start,
   rollout, evaluation, update) that exceeds its memory (`memory_pools` of this process's devices).
 
   Args:
-    config, checked: the config and what `builders.check_config` made of it.
+    config, checked: the config and what `validate.check_config` made of it.
     model: the policy's architecture; default `estimate_model_config(config)`.
     pools: the memories to check; default `memory_pools(jax.local_devices())`.
   """
@@ -475,7 +476,7 @@ def check_memory(config, checked: builders.CheckedConfig,
 
 # --- 4. Hard bounds.
 
-def check_bounds(config, checked: builders.CheckedConfig) -> None:
+def check_bounds(config, checked: validate.CheckedConfig) -> None:
   """Raises ValueError when one token array [rows, prompt + response tokens] holds more than
   2^31 - 1 elements, past the largest int32 index, whatever the memory: the SFT warm start's
   (sft.batch_size rows x rollout.max_prompt_tokens + rollout.max_new_tokens, when it runs), the
@@ -508,21 +509,21 @@ def memory_check_skipped() -> bool:
   return os.environ.get(SKIP_MEMORY_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def check_config(config) -> builders.CheckedConfig:
+def check_config(config) -> validate.CheckedConfig:
   """Every check run before a run starts, in order: finite floats (`check_finite`), seeds
   (`check_seeds`, and `check_critic_seed` once the rl preset is known), the config's
-  fields (`builders.check_config`), memory (`check_memory`, unless RLSCALE_SKIP_MEMORY_CHECK=1)
+  fields (`validate.check_config`), memory (`check_memory`, unless RLSCALE_SKIP_MEMORY_CHECK=1)
   and hard bounds (`check_bounds`). Reads at most an HF checkpoint's config.json; builds no model
   and compiles nothing. Call it after `builders.maybe_initialize_distributed` (it reads the
   device count).
 
-  Returns: the `builders.CheckedConfig`, to pass as `builders.build_run(..., checked=)`.
+  Returns: the `validate.CheckedConfig`, to pass as `builders.build_run(..., checked=)`.
   Raises: ValueError (one line naming the field, the value and what is allowed or what to lower),
     FileNotFoundError for a missing model.checkpoint_path or its config.json.
   """
   check_finite(config)
   check_seeds(config)
-  checked = builders.check_config(config)
+  checked = validate.check_config(config)
   check_critic_seed(config, checked)
   if not memory_check_skipped():
     check_memory(config, checked)

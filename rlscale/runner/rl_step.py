@@ -27,7 +27,7 @@ def clip_fired(grad_norm: float, threshold: float | None) -> float:
 def rl_step(run, state, step_key, counters, clock):
   """One rollout batch and its update(s); advances `counters` and the RunClock `clock` in place.
 
-  Args: run (`builders.Run`), state (TrainState as the run holds it; donated), step_key (the
+  Args: run (`roles.Run`), state (TrainState as the run holds it; donated), step_key (the
     step's PRNG key, `fold_in(seed key, step)`), counters ({"samples", "prompts"}: responses
     generated and prompts drawn so far), clock (`timing.RunClock`).
   Returns (metrics record of Python numbers, new state)."""
@@ -42,12 +42,12 @@ def train_phase(run, state, generated: Generated, update_key):
   """The training phase of one RL step (what the runner times as `training`):
   `update_batch.make_update_batch`, then the update step and its metrics on the host.
 
-  Args: run (`builders.Run`), state (TrainState as the run's layout holds it, donated), generated (`Generated`),
+  Args: run (`roles.Run`), state (TrainState on the mesh, donated), generated (`Generated`),
   update_key (PRNG key of the update).
   Returns: (record: mask stats, train/* metrics as Python floats, tokens/trained; new state).
   """
   batch, record = make_update_batch(run, state, generated)
-  state, metrics = run.update_fn(state, batch.arrays(), update_key)
+  state, metrics = run.trainer.update(state, batch.arrays(), update_key)
   metrics = {f"train/{k}": float(v) for k, v in jax.device_get(metrics).items()}
   return {**record, **metrics}, state
 

@@ -85,7 +85,7 @@ def generate_groups(run, state, key, offsets, clock) -> Generated:
   and scoring as reward (`clock`, a RunClock)."""
   rl = run.rl_config
   G = rl.group_size
-  hosts = hosts_lib.current()
+  hosts = run.hosts
   with clock.measure("generation"):
     examples = [run.task.train_example(i) for i in offsets]
     texts = [run.task.format_prompt(e) for e in examples]
@@ -145,10 +145,12 @@ def gather_generated(generated: Generated, hosts: hosts_lib.Hosts) -> Generated:
   return Generated(type(generated.rollout)(*rollout), *rest)
 
 
-def generation_stats(rounds: list[Generated], group_size: int) -> dict[str, float]:
+def generation_stats(rounds: list[Generated], group_size: int,
+                     hosts: hosts_lib.Hosts = hosts_lib.Hosts()) -> dict[str, float]:
   """Reward and length statistics over every response generated this step by every process
-  (before any DAPO filtering), so the training-reward curve is not biased by the filter."""
-  everything = gather_generated(concat_generated(rounds), hosts_lib.current())
+  (`hosts`: this process's place; one process by default), before any DAPO filtering, so the
+  training-reward curve is not biased by the filter."""
+  everything = gather_generated(concat_generated(rounds), hosts)
   stats = group_stats(everything.scores, everything.correct, group_size)
   lengths = np.asarray(everything.rollout.lengths)
   stats.update({
@@ -176,7 +178,7 @@ def collect_rollouts(run, state, key, counters, clock) -> tuple[Generated, dict]
   """
   rl = run.rl_config
   P, G = rl.prompts_per_step, rl.group_size
-  hosts = hosts_lib.current()
+  hosts = run.hosts
   rounds, parts, spare, kept = [], [], [], 0
   for round_index in range(MAX_SAMPLING_ROUNDS if rl.dynamic_sampling else 1):
     # This process's share of the round (all P with one process); counters stay global.
@@ -187,7 +189,7 @@ def collect_rollouts(run, state, key, counters, clock) -> tuple[Generated, dict]
     counters["samples"] += P * G
     rounds.append(generated)
     if not rl.dynamic_sampling:
-      return generated, generation_stats(rounds, G)
+      return generated, generation_stats(rounds, G, hosts)
     signal_groups = np.asarray(dapo.groups_with_signal(generated.correct.astype(np.float32), G))
     keep = np.zeros(P, bool)
     keep[np.flatnonzero(signal_groups)[:P - kept]] = True
@@ -201,7 +203,7 @@ def collect_rollouts(run, state, key, counters, clock) -> tuple[Generated, dict]
     keep = np.zeros(len(filler.rewards) // G, bool)
     keep[:P - kept] = True
     parts.append(select_groups(filler, keep, G)._replace(filler=np.ones((P - kept) * G, bool)))
-  stats = generation_stats(rounds, G)
+  stats = generation_stats(rounds, G, hosts)
   stats["sampling/kept_groups_with_signal"] = kept
   stats["sampling/out_of_rounds"] = int(kept < P)  # 1: filler groups completed this batch
   return concat_generated(parts), stats

@@ -24,6 +24,7 @@ from rlscale import inputs
 from rlscale.cli import TrainingDiverged
 from rlscale.model import save_hf_checkpoint
 from rlscale.runner import builders
+from rlscale.runner import validate
 from rlscale.runner.checkpoints import Checkpointer
 from rlscale.runner.config_files import flatten_config
 from rlscale.runner.evaluate import accuracy_change_note
@@ -103,7 +104,7 @@ def completed_summary(config, workdir: str) -> dict[str, Any] | None:
   path = os.path.join(workdir, SUMMARY_FILE)
   if not (os.path.isfile(path) and os.path.isdir(os.path.join(workdir, POLICY_DIR))):
     return None
-  total_steps = builders.resolve_total_steps(
+  total_steps = validate.resolve_total_steps(
       config.train, config.rl.prompts_per_step * config.rl.group_size)
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINTS_DIR),
                               keep=config.train.keep_checkpoints)
@@ -178,7 +179,7 @@ def finish(workdir: str, run, params, warm_eval: dict, step: int, counters: dict
   """The end of a run in `workdir` (process 0): the policy exported (`export_policy`), the curves
   plotted, summary.json written and the closing lines logged.
 
-  Args: run (`builders.Run`), params (the final policy's params, one host copy), warm_eval (the
+  Args: run (`roles.Run`), params (the final policy's params, one host copy), warm_eval (the
     warm start's held-out metrics), step (RL steps done), counters ({"samples", "prompts"}),
     clock (`timing.RunClock`: the wall time and its parts), final_eval (the held-out metrics of
     the run's last evaluation, from its own memory; None when this segment evaluated nothing,

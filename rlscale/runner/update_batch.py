@@ -87,17 +87,17 @@ def mismatch_k3(trainer_logp, sampler_logp, response_mask):
 
 def behaviour_logp(run, state, placed: dict) -> dict[str, float]:
   """Sets placed["old_logp"] [B, Tr] as rl.old_logp asks: the sampler's (left as placed), or
-  ("recompute") a trainer forward with the current params (`run.logp_fn`, replaying the
+  ("recompute") a trainer forward with the current params (`trainer.logp`, replaying the
   sampler's experts when placed has "routing").
 
-  Args: run (`builders.Run`: rl_config, logp_fn), state (its params feed the recompute), placed
+  Args: run (`roles.Run`: rl_config, trainer.logp), state (its params feed the recompute), placed
     (the update batch on the mesh: tokens, input_mask, response_mask, old_logp = the sampler's).
   Returns: {} for "sampler"; for "recompute" {"train/sampler_trainer_k3": `mismatch_k3` of the
   trainer's log-probs against the sampler's} (with "sampler" the update step logs the same)."""
   if run.rl_config.old_logp != "recompute":
     return {}
   sampler_logp = placed["old_logp"]
-  placed["old_logp"] = run.logp_fn(state.params, placed)
+  placed["old_logp"] = run.trainer.logp(state.params, placed)
   return {"train/sampler_trainer_k3": float(
       mismatch_k3(placed["old_logp"], sampler_logp, placed["response_mask"]))}
 
@@ -120,13 +120,13 @@ def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, di
   and the advantages run on the global arrays, so the step equals the one-process step on the
   union.
 
-  Args: run (`builders.Run`), state (the TrainState on the mesh), generated (the step's
+  Args: run (`roles.Run`), state (the TrainState on the mesh), generated (the step's
     `Generated`, this process's rows).
   Returns: (UpdateBatch of global arrays, record: mask stats, the sampler-trainer mismatch when
   old_logp is recomputed, tokens/trained, and the trained widths in tokens batch/prompt_width
   and batch/response_width: one update-step compile per pair)."""
   rl = run.rl_config
-  hosts = hosts_lib.current()
+  hosts, trainer = run.hosts, run.trainer
   everything = gather_generated(generated, hosts)
   # Train on the batch's longest prompt and response, bucketed (a few static widths), not the
   # sampler's prompt bucket and response limit: the left padding and the columns after every
@@ -147,16 +147,16 @@ def make_update_batch(run, state, generated: Generated) -> tuple[UpdateBatch, di
   }
   if getattr(rollout, "experts", None) is not None:
     rows["sampler_experts"] = rollout.experts
-    if run.routing_replay:
+    if trainer.routing_replay:
       rows["routing"] = rollout.experts
-  placed = run.layout.place_batch(rows)
+  placed = trainer.layout.place_batch(rows)
   loss_mask, rewards = placed.pop("loss_mask"), placed.pop("rewards")
   record = behaviour_logp(run, state, placed)
   if update_lib.uses_ref_logp(rl):
-    placed["ref_logp"] = run.logp_fn(run.ref_params, own_routing(placed))
+    placed["ref_logp"] = trainer.logp(trainer.ref_params, own_routing(placed))
   if update_lib.uses_critic(rl):
-    placed["old_values"] = run.value_fn(state.critic_params, own_routing(placed))
-  placed.update(run.advantage_fn(rewards, placed["response_mask"], old_logp=placed["old_logp"],
+    placed["old_values"] = trainer.values(state.critic_params, own_routing(placed))
+  placed.update(trainer.advantages(rewards, placed["response_mask"], old_logp=placed["old_logp"],
                                  ref_logp=placed.get("ref_logp"), values=placed.get("old_values")))
   placed["response_mask"] = loss_mask
   tokens = int(union.prompt_mask.sum() + union.response_mask.sum())

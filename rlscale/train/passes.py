@@ -20,7 +20,8 @@ from rlscale.parallel.data import batch_sharding, global_batch
 from rlscale.parallel.rules import rules_for_mesh
 from rlscale.rl.logprob import response_positions, response_states_logp
 from rlscale.train.state import critic_config
-from rlscale.train.update import PASS_KEYS, interleaved_slices, microbatch_count, replayed
+from rlscale.train.objective import replayed
+from rlscale.train.update import PASS_KEYS, interleaved_slices, microbatch_count
 
 
 def _batch_inputs(batch) -> dict:

@@ -40,7 +40,7 @@ from rlscale.model.config import ModelConfig
 from rlscale.rl import aggregation
 from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
 from rlscale.rl.losses import bind_policy_loss
-from rlscale.train.objective import microbatch_loss, replayed  # noqa: F401 (replayed: public here)
+from rlscale.train.objective import microbatch_loss
 from rlscale.train.optimizer import current_learning_rate
 from rlscale.train.state import TrainState
 

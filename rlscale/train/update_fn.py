@@ -40,7 +40,7 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
   with num_devices = `mesh.batch_parallelism(mesh)`, the parts the rows are split into: B must
   be divisible by parts x rl.minibatches x rl.microbatches, so every microbatch splits evenly
   over the batch axes), once, then builds with `make_update_fn_from_checked`, which a caller
-  holding an already checked rl section (the runner: `builders.CheckedConfig.rl`) calls directly.
+  holding an already checked rl section (the runner: `validate.CheckedConfig.rl`) calls directly.
 
   Args:
     model_config: the policy's ModelConfig (dtype, remat, experts: what gets compiled).
@@ -87,7 +87,7 @@ def make_update_fn_from_checked(
     rules=None, cpu_compiler_options=CPU_UPDATE_OPTIONS,
     measure_noise_scale: bool = False) -> Callable:
   """`make_update_fn` for an `rl` section already resolved and validated (e.g.
-  `builders.CheckedConfig.rl`, from `builders.check_config`): no rl check runs here, so each runs
+  `validate.CheckedConfig.rl`, from `validate.check_config`): no rl check runs here, so each runs
   once per run. Arguments and the returned fn as for `make_update_fn`.
 
   Raises: ValueError for a mesh that the state shardings refuse, or, when called, for a state

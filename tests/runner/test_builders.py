@@ -14,7 +14,9 @@ from rlscale.model.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from rlscale.model.transformer import init_params
 from rlscale.parallel.shardings import put_on_mesh
 from rlscale.runner import builders
-from rlscale.runner.builders import build_model, model_remat
+from rlscale.runner import validate
+from rlscale.runner.builders import build_model
+from rlscale.runner.validate import model_remat
 from rlscale.runner.run_dir import export_policy
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.train import passes
@@ -169,19 +171,20 @@ def test_held_out_sampling_is_the_rollouts_unless_eval_sampling_overrides_it(tmp
 # Every config check, by the module attributes it is looked up through (functions imported by
 # name are looked up in the importing module).
 _CHECKS = {
-    "resolve_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders",
+    "resolve_rl_config": ["rlscale.rl.presets", "rlscale.runner.validate",
                           "rlscale.train.update_fn"],
-    "validate_rl_config": ["rlscale.rl.presets", "rlscale.runner.builders",
+    "validate_rl_config": ["rlscale.rl.presets", "rlscale.runner.validate",
                            "rlscale.train.update_fn"],
-    "check_model_source": ["rlscale.runner.builders"],
-    "model_remat": ["rlscale.runner.builders"],
-    "check_train_config": ["rlscale.runner.builders"],
-    "rollout_sampling": ["rlscale.runner.builders"],
-    "mesh_from_config": ["rlscale.runner.builders"],
-    "resolve_total_steps": ["rlscale.runner.builders"],
+    "check_model_source": ["rlscale.runner.validate"],
+    "model_remat": ["rlscale.runner.validate"],
+    "check_train_config": ["rlscale.runner.validate"],
+    "rollout_sampling": ["rlscale.runner.validate"],
+    "mesh_from_config": ["rlscale.runner.validate"],
+    "resolve_total_steps": ["rlscale.runner.validate"],
+    "routing_replay": ["rlscale.runner.validate"],
     "check_rl_config": ["rlscale.runner.hosts"],
     "check_finite": ["rlscale.runner.preflight"],
-    "check_config": ["rlscale.runner.builders"],
+    "check_config": ["rlscale.runner.validate"],
 }
 
 
@@ -233,13 +236,13 @@ def test_train_and_evaluate_hands_preflights_result_to_build_run(tmp_path, monke
   monkeypatch.setattr(builders, "build_run", build_run)
   with pytest.raises(_Stop):
     loop.train_and_evaluate(tiny_config(sft__steps=0), str(tmp_path / "run"))
-  assert len(handed) == 1 and isinstance(handed[0], builders.CheckedConfig)
+  assert len(handed) == 1 and isinstance(handed[0], validate.CheckedConfig)
   assert counts == dict.fromkeys(_CHECKS, 1)
 
 
 def test_raw_update_factory_resolves_and_validates_once(monkeypatch):
   counts = _count_checks(monkeypatch)
-  checked = builders.check_config(tiny_config())
+  checked = validate.check_config(tiny_config())
   counts.update(dict.fromkeys(_CHECKS, 0))
   mesh = problem.one_device_mesh()
   update_fn_lib.make_update_fn(problem.MODEL, tiny_config().rl, checked.optimizer, mesh)  # raw rl

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rlscale.runner import rollouts, update_batch
+from rlscale.runner.hosts import Hosts
 from rlscale.sampler.decode import Rollout
 
 
@@ -26,7 +27,7 @@ def _run(monkeypatch, rounds, dynamic=True):
   monkeypatch.setattr(rollouts, "generate_groups",
                       lambda run, state, key, position, phase_totals: next(calls))
   run = types.SimpleNamespace(rl_config=types.SimpleNamespace(
-      prompts_per_step=2, group_size=2, dynamic_sampling=dynamic))
+      prompts_per_step=2, group_size=2, dynamic_sampling=dynamic), hosts=Hosts())
   counters = {"samples": 0, "prompts": 0}
   import jax  # pylint: disable=g-import-not-at-top
   generated, stats = rollouts.collect_rollouts(run, None, jax.random.key(0), counters, {})

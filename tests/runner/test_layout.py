@@ -1,4 +1,4 @@
-"""The mesh a config gets (`builders.mesh_from_config`), the layout's array moves, and a bad mesh's
+"""The mesh a config gets (`validate.mesh_from_config`), the layout's array moves, and a bad mesh's
 one-line refusal (one CPU device here; several devices: tests/runner/test_mesh_runner.py)."""
 
 import jax
@@ -6,20 +6,20 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from rlscale.runner import builders
+from rlscale.runner import validate
 from rlscale.runner import layout as layout_lib
 from tests.runner.runner_configs import tiny_config
 
 
 def test_the_default_config_is_data_parallel_over_every_device():
-  mesh = builders.mesh_from_config(tiny_config())
+  mesh = validate.mesh_from_config(tiny_config())
   assert dict(mesh.shape) == {"data": jax.device_count(), "fsdp": 1, "tensor": 1}
 
 
 def test_a_config_without_a_mesh_section_gets_the_default_mesh():
   config = tiny_config()
   del config["mesh"]
-  assert dict(builders.mesh_from_config(config).shape) == {"data": jax.device_count(), "fsdp": 1,
+  assert dict(validate.mesh_from_config(config).shape) == {"data": jax.device_count(), "fsdp": 1,
                                                            "tensor": 1}
 
 
@@ -27,11 +27,11 @@ def test_a_mesh_needing_more_devices_is_refused_in_one_line():
   config = tiny_config(mesh__data=1, mesh__fsdp=2)
   with pytest.raises(ValueError, match=r"^mesh sizes mesh.data=1, mesh.fsdp=2, mesh.tensor=1 "
                                        r"multiply to 2, not to the 1 devices"):
-    builders.mesh_from_config(config)
+    validate.mesh_from_config(config)
 
 
 def _layout():
-  mesh = builders.mesh_from_config(tiny_config())
+  mesh = validate.mesh_from_config(tiny_config())
   replicated = NamedSharding(mesh, PartitionSpec())
   return layout_lib.MeshLayout(mesh, {"w": replicated, "b": replicated})
 

@@ -84,6 +84,7 @@ def test_nonfinite_task_scores_are_counted_per_step(monkeypatch):
 
   run = types.SimpleNamespace(
       task=NaNScorer(seed=0), tokenizer=tokenizer, sampler=sampler, prompt_buckets=(16,),
+      hosts=hosts_lib.Hosts(),
       rl_config=types.SimpleNamespace(prompts_per_step=1, group_size=4, dynamic_sampling=False,
                                       overlong_buffer_frac=0.0))
   state = types.SimpleNamespace(params=None)

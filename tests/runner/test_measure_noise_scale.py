@@ -5,6 +5,7 @@ import jax
 import pytest
 
 from rlscale.runner import builders
+from rlscale.runner import validate
 from tests.runner.runner_configs import tiny_config
 
 
@@ -28,4 +29,4 @@ def test_flag_must_be_a_bool():
   config = tiny_config()
   config.train.measure_noise_scale = None
   with pytest.raises(ValueError, match=r"train.measure_noise_scale must be True or False, got None"):
-    builders.check_train_config(config)
+    validate.check_train_config(config)

@@ -12,6 +12,7 @@ from rlscale.model.config import MOE_FIELDS
 from rlscale.model.hf_checkpoint import load_hf_config
 from rlscale.rl.presets import resolve_rl_config
 from rlscale.runner import builders
+from rlscale.runner import validate
 from rlscale.runner.config_files import load_config_file
 from tests.runner.runner_configs import tiny_config
 
@@ -44,7 +45,7 @@ def test_old_logp_defaults_to_recompute_with_experts(experts, explicit, expected
   config = _moe_tiny()
   config.model.num_experts = experts
   config.rl.old_logp = explicit
-  rl = builders.default_old_logp(config, resolve_rl_config(config.rl))
+  rl = validate.default_old_logp(config, resolve_rl_config(config.rl))
   assert rl.old_logp == expected
 
 
@@ -54,8 +55,8 @@ def test_old_logp_default_reads_an_hf_checkpoints_config(tmp_path):
       ' "num_hidden_layers": 2, "num_attention_heads": 2, "num_experts": 4,'
       ' "moe_intermediate_size": 8, "num_experts_per_tok": 2}')
   config = tiny_config(model__source="hf", model__checkpoint_path=str(tmp_path))
-  assert builders.model_has_experts(config)
-  assert builders.default_old_logp(config, resolve_rl_config(config.rl)).old_logp == "recompute"
+  assert validate.model_has_experts(config)
+  assert validate.default_old_logp(config, resolve_rl_config(config.rl)).old_logp == "recompute"
 
 
 def test_a_dense_models_model_section_without_moe_fields_builds_dense():
@@ -85,7 +86,7 @@ def test_a_moe_run_logs_the_routing_mismatch_and_routing_replay_zeroes_it(tmp_pa
 def test_routing_replay_needs_a_model_with_experts():
   config = tiny_config()
   config.model.moe_routing_replay = True
-  tokenizer = type("Tok", (), {"vocab_size": 40})()
-  model_config, _, _ = builders.build_model(config, tokenizer, lambda _: None)
   with pytest.raises(ValueError, match="model.moe_routing_replay=True needs a model with experts"):
-    builders.routing_replay(config, model_config)
+    validate.routing_replay(config)
+  with pytest.raises(ValueError, match="model.moe_routing_replay=True needs a model with experts"):
+    validate.check_config(config)  # before anything is built

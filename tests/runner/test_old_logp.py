@@ -23,8 +23,8 @@ def test_behaviour_logp(source):
   sampler_logp = (trainer_logp - 0.1) * mask
   placed = global_batch({**{k: host[k] for k in ("tokens", "input_mask", "response_mask")},
                                 "old_logp": sampler_logp}, mesh)
-  run = types.SimpleNamespace(
-      rl_config=rl, logp_fn=passes.make_logp_fn(problem.MODEL, rl.temperature, mesh, None))
+  trainer = types.SimpleNamespace(logp=passes.make_logp_fn(problem.MODEL, rl.temperature, mesh, None))
+  run = types.SimpleNamespace(rl_config=rl, trainer=trainer)
   stats = update_batch.behaviour_logp(run, types.SimpleNamespace(params=params), placed)
   if source == "sampler":
     np.testing.assert_array_equal(np.asarray(placed["old_logp"]), sampler_logp)

@@ -13,7 +13,7 @@ import ml_collections
 import pytest
 
 from rlscale.model.config import ModelConfig
-from rlscale.runner import builders
+from rlscale.runner import validate
 from rlscale.runner import preflight
 from rlscale.runner.config_files import load_config_file
 from rlscale.train import memory
@@ -141,7 +141,7 @@ SMOKE_SFT_HOST = 64 * (2 * 24 + 8) * 4  # tokens, input_mask [64, 24] + response
 
 
 def _phases(config, pool, platform="cpu"):
-  checked = builders.check_config(config)
+  checked = validate.check_config(config)
   model = preflight.estimate_model_config(config)
   return {p.name: p for p in preflight.estimate_memory(config, checked, model, pool,
                                                        platform=platform)}
@@ -248,10 +248,10 @@ def test_check_memory_refuses_in_one_line_naming_the_fields(one_device):  # pyli
                      r"\+ rollout\.max_new_tokens=8 tokens need ~7\.92 MiB for the SFT warm "
                      r"start, .* lower sft\.batch_size, rollout\.max_prompt_tokens or "
                      r"rollout\.max_new_tokens \(sft\.steps=0 skips the warm start\)"):
-    preflight.check_memory(_smoke(), builders.check_config(_smoke()),
+    preflight.check_memory(_smoke(), validate.check_config(_smoke()),
                            pools=[preflight.Pool("a 5 MiB test pool", 5 * 2**20, devices=1)])
   config = _smoke(**{"sft.steps": 0})
-  checked = builders.check_config(config)
+  checked = validate.check_config(config)
   pool = preflight.Pool("a 5 MiB test pool", 5 * 2**20, devices=1)  # the rollout needs 5.04 MiB
   with pytest.raises(ValueError) as info:
     preflight.check_memory(config, checked, pools=[pool])

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rlscale.runner import builders
-from rlscale.runner import loop, run_dir
+from rlscale.runner import evaluate, loop, run_dir
 from rlscale.runner import progress
 from rlscale.runner.interrupts import acknowledgement
 from rlscale.runner.loop import train_and_evaluate
@@ -73,7 +73,7 @@ def _signal_self_on(monkeypatch, module, name, call_index):
 
 @pytest.mark.parametrize("where, acknowledged", [
     # Evaluations run at steps 0, 2 and 4 (train.eval_every = 2): the third is the last step's.
-    ((loop, "held_out_metrics", 3), acknowledgement(4)),  # was "finishing step 5"
+    ((evaluate.Evaluator, "__call__", 3), acknowledgement(4)),  # was "finishing step 5"
     ((run_dir, "export_policy", 1), acknowledgement(None)),  # after the last step: was an exit with 130
 ])
 def test_a_signal_names_the_step_running_and_a_finished_run_completes(

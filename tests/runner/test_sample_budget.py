@@ -5,7 +5,7 @@ import types
 import pytest
 
 from rlscale.runner import loop
-from rlscale.runner.builders import resolve_total_steps
+from rlscale.runner.validate import resolve_total_steps
 from rlscale.runner.evaluate import Evaluator, evaluation_key
 from rlscale.runner.metrics_log import read_metrics
 from tests.runner.runner_configs import tiny_config

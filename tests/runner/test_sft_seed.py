@@ -13,6 +13,7 @@ from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import init_params
 from rlscale.model.config import MOE_FIELDS
 from rlscale.runner import builders
+from rlscale.runner import validate
 from rlscale.runner import sft
 from rlscale.runner.loop import train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
@@ -86,7 +87,7 @@ def test_default_sft_seed_is_the_warm_start_of_old(warm_starts):
 def test_sft_seed_must_be_an_int_or_none():
   # ConfigDict refuses a str for the int placeholder itself; a bool passes its cast.
   with pytest.raises(ValueError, match=r"sft.seed must be an int or None \(= seed\), got True"):
-    builders.check_train_config(tiny_config(sft__seed=True))
+    validate.check_train_config(tiny_config(sft__seed=True))
 
 
 def test_rl_seeds_on_one_warm_start_differ_in_rl_only(tmp_path):

@@ -2,7 +2,8 @@
 
 import pytest
 
-from rlscale.runner.builders import build_run, check_config, prompt_buckets
+from rlscale.runner.builders import build_run
+from rlscale.runner.validate import check_config, prompt_buckets
 from tests.runner.runner_configs import tiny_config
 
 

@@ -155,7 +155,7 @@ def test_sample_schedule_gives_every_update_of_a_step_its_responses():
 def _lr_at_samples(optim, rl, samples, total_samples):
   """The LR of the update that brings the run to each response count in `samples`, read back from
   the optax state of `make_optimizer` built with `update.optimizer_args`."""
-  from rlscale.runner.builders import resolve_total_steps  # pylint: disable=g-import-not-at-top
+  from rlscale.runner.validate import resolve_total_steps  # pylint: disable=g-import-not-at-top
   batch = rl.prompts_per_step * rl.group_size
   train = ml_collections.ConfigDict({"total_steps": None, "total_samples": total_samples})
   args = update_lib.optimizer_args(rl, resolve_total_steps(train, batch), total_samples)
