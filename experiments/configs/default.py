@@ -40,9 +40,9 @@ def get_config(arg=None):
   config.distributed = "auto"
   # Device mesh (README "Devices and sharding"): data (parameters replicated), fsdp (parameters and
   # Adam moments sharded, ZeRO-3), tensor (heads, MLP and vocabulary sharded); sizes multiply to
-  # the device count, one may be -1 (the rest). Data-only meshes run the pmap path; fsdp or tensor
-  # > 1 runs the jitted global-view update step, sampler and forward passes on the mesh (one
-  # process). The batch P x G must divide by data x fsdp.
+  # the device count, one may be -1 (the rest); one device is {data: 1}. The update step, the
+  # sampler and the forward passes are jitted on this mesh in the global view, over every process's
+  # devices. The batch P x G must divide by data x fsdp.
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 
   # --- Model: the built-in small Qwen3-layout transformer (or an HF checkpoint directory).
@@ -163,7 +163,8 @@ def get_config(arg=None):
   # Passes over each rollout batch, and minibatches (optimizer steps) per pass.
   config.rl.epochs = 1
   config.rl.minibatches = 1
-  # Gradient-accumulation microbatches per minibatch per device (memory and speed, not maths).
+  # Gradient-accumulation microbatches per minibatch (slices of the whole minibatch, each spread
+  # over the devices; memory and speed, not maths).
   # Unset (None): chosen per batch shape, on a CPU slices of >= 1,024 tokens (1.2x faster training
   # here than one slice: activations stay in cache), on GPU/TPU one, never dividing a group of
   # group_size, and >= 2 with train.measure_noise_scale (`update.microbatch_count`).

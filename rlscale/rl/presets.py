@@ -162,7 +162,7 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
                   else "rl.microbatches (unset: chosen to divide the rows, 1 here)")
   _require(batch_size % split == 0,
            f"rl.batch_size={batch_size} (prompts_per_step * group_size) must be divisible by "
-           f"devices ({num_devices}) x rl.minibatches ({rl_cfg.minibatches}) x "
+           f"the mesh's data x fsdp ({num_devices}) x rl.minibatches ({rl_cfg.minibatches}) x "
            f"{microbatches} = {split}")
   _require(rl_cfg.clip_eps_low >= 0 and rl_cfg.clip_eps_high >= 0,
            f"rl.clip_eps_low / rl.clip_eps_high must be >= 0, got {rl_cfg.clip_eps_low}, "

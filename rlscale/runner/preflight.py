@@ -13,7 +13,9 @@ config that cannot run fails in well under a second and leaves nothing on disk:
    a NaN policy to the end and export it.
 2. Everything `validate.check_config` validates without the model (rl presets, mesh, train.*,
    optimizer, sampling), whose result `loop.train_and_evaluate` hands to `builders.build_run`:
-   every config check runs once, here, and nothing is checked again while the run is built.
+   every config check runs once, here, and nothing is checked again while the run is built;
+   then the mesh's sharding of the abstract train state (`check_sharding`: an fsdp axis that
+   leaves the state replicated is refused before the warm start trains).
 3. Memory (`estimate_memory`, `check_memory`): the bytes of the arrays a run cannot do without,
    from the model's sizes (the built-in model's config fields, or an HF checkpoint's config.json:
    no weights are read) and the batch's, against the machine's memory: the host's RAM on a CPU
@@ -40,7 +42,9 @@ from rlscale.model.config import ModelConfig
 from rlscale.runner import builders
 from rlscale.runner import validate
 from rlscale.tokenizers import CharTokenizer
+from rlscale.parallel.rules import rules_for_mesh
 from rlscale.train import memory
+from rlscale.train import state as state_lib
 from rlscale.train import update as update_lib
 
 SKIP_MEMORY_ENV = "RLSCALE_SKIP_MEMORY_CHECK"
@@ -452,6 +456,22 @@ def memory_error(phase: Phase, pool: Pool) -> str:
           f"from below: rlscale/runner/preflight.py; {SKIP_MEMORY_ENV}=1 skips this check)")
 
 
+def check_sharding(config, checked: validate.CheckedConfig,
+                   model: Optional[ModelConfig] = None) -> None:
+  """Raises ValueError (one line: the replicated share and the largest arrays) when the mesh's
+  fsdp axis leaves more than 2% of the train state's bytes replicated
+  (`train.state.state_shardings` on the abstract state: nothing is allocated), before any weights
+  are read or the warm start trains.
+
+  Args: config, checked (what `validate.check_config` made of it); model: the policy's
+  architecture, default `estimate_model_config(config)`."""
+  model = estimate_model_config(config) if model is None else model
+  state_lib.state_shardings(model, checked.optimizer, checked.mesh,
+                            critic=update_lib.uses_critic(checked.rl),
+                            critic_optimizer=checked.critic_optimizer,
+                            rules=rules_for_mesh(checked.mesh))
+
+
 def check_memory(config, checked: validate.CheckedConfig,
                  model: Optional[ModelConfig] = None,
                  pools: Optional[Sequence[Pool]] = None) -> None:
@@ -512,7 +532,7 @@ def memory_check_skipped() -> bool:
 def check_config(config) -> validate.CheckedConfig:
   """Every check run before a run starts, in order: finite floats (`check_finite`), seeds
   (`check_seeds`, and `check_critic_seed` once the rl preset is known), the config's
-  fields (`validate.check_config`), memory (`check_memory`, unless RLSCALE_SKIP_MEMORY_CHECK=1)
+  fields (`validate.check_config`), the mesh's sharding of the state (`check_sharding`), memory (`check_memory`, unless RLSCALE_SKIP_MEMORY_CHECK=1)
   and hard bounds (`check_bounds`). Reads at most an HF checkpoint's config.json; builds no model
   and compiles nothing. Call it after `builders.maybe_initialize_distributed` (it reads the
   device count).
@@ -525,6 +545,7 @@ def check_config(config) -> validate.CheckedConfig:
   check_seeds(config)
   checked = validate.check_config(config)
   check_critic_seed(config, checked)
+  check_sharding(config, checked)
   if not memory_check_skipped():
     check_memory(config, checked)
   check_bounds(config, checked)

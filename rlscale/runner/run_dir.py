@@ -43,7 +43,7 @@ WARM_START_FILE = "warm_start_seconds.json"  # written once by the first segment
 RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_every",
                     "train.eval_every_samples", "train.checkpoint_every",
                     "train.keep_checkpoints", "sft.cache_dir", "distributed", "mesh.data",
-                    "mesh.fsdp", "mesh.tensor")
+                    "mesh.fsdp", "mesh.tensor", "mesh.expert")
 # Fields added after runs were checkpointed, with the value their absence meant: a config.json
 # written before a field existed resumes while the field keeps that value.
 ADDED_FIELD_DEFAULTS = {"optim.schedule_unit": "steps", "optim.warmup_samples": 0,

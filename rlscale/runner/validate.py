@@ -224,7 +224,8 @@ def check_config(config) -> CheckedConfig:
   # A batch's rows are split over the mesh's batch axes (data x fsdp [x expert]).
   parallelism = mesh_lib.batch_parallelism(mesh)
   validate_rl_config(rl, num_devices=parallelism)
-  hosts_lib.check_rl_config(rl, hosts_lib.current())
+  hosts = hosts_lib.current()
+  hosts_lib.check_rl_config(rl, hosts)
   check_model_source(config)
   rl = default_old_logp(config, rl)
   if rl.loss_agg_mode == "seq-mean-token-sum-norm" and rl.loss_agg_norm is None:
@@ -242,6 +243,9 @@ def check_config(config) -> CheckedConfig:
     critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
                                       **optimizer_args)
   sampling = rollout_sampling(config, rl)
+  if hosts.count > 1 and config.rollout.host_threads > 1:
+    raise ValueError(f"rollout.host_threads={config.rollout.host_threads} splits each process's "
+                     f"rows into chunks sampled apart; with {hosts.count} processes it must be 1")
   return CheckedConfig(
       rl=rl, mesh=mesh, batch_parallelism=parallelism, total_steps=total_steps,
       optimizer_args=optimizer_args, optimizer=optimizer, critic_optimizer=critic_optimizer,

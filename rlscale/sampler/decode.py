@@ -392,14 +392,19 @@ def checked_batch(prompt_tokens, prompt_mask, vocab_size: int, samples_per_promp
   """(prompt_tokens, prompt_mask as numpy [P, Tp], G as an int) after the checks a sampler makes.
 
   Raises:
-    ValueError: when the two are not both [P, Tp], `check_prompts` rejects the prompts,
-      samples_per_prompt is not an int >= 1, or B = P * G does not split into `parts` (named by
-      `parts_name`).
+    ValueError: when the two are not both [P, Tp], prompt_tokens is not of an integer dtype or
+      prompt_mask of an integer or bool one (a float id would be truncated silently),
+      `check_prompts` rejects the prompts, samples_per_prompt is not an int >= 1, or B = P * G
+      does not split into `parts` (named by `parts_name`).
   """
   prompt_tokens, prompt_mask = np.asarray(prompt_tokens), np.asarray(prompt_mask)
   if prompt_tokens.ndim != 2 or prompt_mask.shape != prompt_tokens.shape:
     raise ValueError(f"prompt_tokens and prompt_mask must both be [P, Tp], got shapes "
                      f"{prompt_tokens.shape} and {prompt_mask.shape}")
+  if not np.issubdtype(prompt_tokens.dtype, np.integer):
+    raise ValueError(f"prompt_tokens must hold integer token ids, got dtype {prompt_tokens.dtype}")
+  if not (np.issubdtype(prompt_mask.dtype, np.integer) or prompt_mask.dtype == bool):
+    raise ValueError(f"prompt_mask must be of an integer or bool dtype, got {prompt_mask.dtype}")
   check_prompts(prompt_tokens, prompt_mask, vocab_size)
   group = positive_int(samples_per_prompt, "samples_per_prompt")
   if prompt_tokens.shape[0] * group % parts:

@@ -190,11 +190,17 @@ class Sampler:
       ValueError: B not divisible by num_devices (`parallel.data.global_batch`'s errors with
         several processes), samples_per_prompt not an int >= 1, Tp above the largest bucket,
         shapes that disagree, prompts `decode.check_prompts` rejects (right padding, an empty
-        row, an id outside the vocabulary), or sampling not a SamplingConfig.
+        row, an id outside the vocabulary, a dtype that is not integer), sampling not a
+        SamplingConfig, or rng not a PRNG key (`jax.random.key`).
     """
     sampling = self.sampling if sampling is None else sampling
     if not isinstance(sampling, SamplingConfig):
       raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    if not (isinstance(rng, jax.Array) and jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+            and rng.ndim == 0):
+      raise ValueError(f"rng must be one PRNG key (jax.random.key(seed)), got "
+                       f"{type(rng).__name__} {getattr(rng, 'dtype', '')} "
+                       f"{getattr(rng, 'shape', '')}".rstrip())
     parts, processes = self.num_devices, self._processes
     parts_name = f"the mesh's batch parallelism (data x fsdp = {parts})"
     prompt_tokens, prompt_mask, group = checked_batch(

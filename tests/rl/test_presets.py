@@ -52,7 +52,7 @@ def test_temperature_follows_rollout():
     (dict(kl_estimator="k9"), r"rl.kl_estimator='k9' is not registered"),
     (dict(loss_agg_mode="sum"), r"rl.loss_agg_mode='sum' is not one of"),
     (dict(group_size=1), r"rl.group_size must be >= 2 for the group-relative advantage 'grpo'"),
-    (dict(microbatches=3), r"must be divisible by devices \(1\) x rl.minibatches \(1\) x rl.microbatches \(3\)"),
+    (dict(microbatches=3), r"must be divisible by the mesh's data x fsdp \(1\) x rl.minibatches \(1\) x rl.microbatches \(3\)"),
     (dict(microbatches=0), r"rl.microbatches must be an int >= 1, or unset to choose per batch shape"),
     (dict(kl_mode="both"), r"rl.kl_mode='both' is not one of"),
     (dict(dual_clip_c=0.5), r"rl.dual_clip_c must be > 1"),
@@ -69,15 +69,16 @@ def test_validation_errors_name_the_field(fields, message):
 def test_device_count_divisibility():
   cfg = resolve_rl_config(_rl(prompts_per_step=3, group_size=2))
   validate_rl_config(cfg, num_devices=2)
-  with pytest.raises(ValueError, match=r"devices \(4\)"):
+  with pytest.raises(ValueError, match=r"data x fsdp \(4\)"):
     validate_rl_config(cfg, num_devices=4)
   # B = 3 x 2 = 6 responses over 4 devices x 1 minibatch x unset microbatches: the message says
   # what the unset (automatic) choice counts as, not "rl.microbatches (None)".
   with pytest.raises(ValueError) as error:
     validate_rl_config(cfg, num_devices=4)
   assert str(error.value) == (
-      "rl.batch_size=6 (prompts_per_step * group_size) must be divisible by devices (4) x "
-      "rl.minibatches (1) x rl.microbatches (unset: chosen to divide the rows, 1 here) = 4")
+      "rl.batch_size=6 (prompts_per_step * group_size) must be divisible by the mesh's data x "
+      "fsdp (4) x rl.minibatches (1) x rl.microbatches (unset: chosen to divide the rows, 1 here) "
+      "= 4")
 
 
 def test_reinforce_pp_and_ppo_allow_single_sample():

@@ -1,6 +1,7 @@
 """The checks run before a run starts (`runner.preflight`): non-finite floats, the memory estimate
 (bytes worked out by hand) and hard bounds refuse a config in one line, before any workdir."""
 
+import dataclasses
 import json
 import math
 import os
@@ -393,3 +394,25 @@ def test_refused_before_the_workdir_in_one_line(tmp_path, override, starts):
   assert not workdir.exists()
   # Imports take ~2 s on an idle 2-core machine; the smoke run's warm start alone takes ~10 s.
   assert seconds < hang_timeout(3), seconds
+
+
+def test_an_fsdp_axis_that_leaves_the_state_replicated_is_refused_before_the_warm_start():
+  """fsdp = 3 divides none of the default model's dimensions (hidden 128, MLP 384 = 3 x 128 is
+  split over tensor, not fsdp): every parameter stays whole on each device, refused in one line
+  from the abstract state (an AbstractMesh of 3 devices: none is needed)."""
+  config = load_config_file(DEFAULT, "smoke")
+  checked = validate.check_config(config)
+  mesh = jax.sharding.AbstractMesh((1, 3, 1), ("data", "fsdp", "tensor"))
+  with pytest.raises(ValueError, match=r"leaves 100.0% of the state's bytes replicated along "
+                                       r"fsdp .*choose an fsdp size that divides"):
+    preflight.check_sharding(config, dataclasses.replace(checked, mesh=mesh))
+  preflight.check_sharding(config, checked)  # the one-device mesh: nothing to refuse
+
+
+def test_host_threads_with_several_processes_is_refused_in_one_line(monkeypatch):
+  monkeypatch.setattr(validate.hosts_lib, "current", lambda: validate.hosts_lib.Hosts(0, 2))
+  config = load_config_file(DEFAULT, "smoke")
+  config.rollout.host_threads = 2
+  with pytest.raises(ValueError, match=r"^rollout.host_threads=2 splits each process's rows into "
+                                       r"chunks sampled apart; with 2 processes it must be 1$"):
+    validate.check_config(config)

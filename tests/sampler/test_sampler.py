@@ -88,6 +88,20 @@ def test_sampler_rejects_prompts_it_would_garble(edit, message):
     sampler(model_params(), tokens, mask, jax.random.key(0))
 
 
+@pytest.mark.parametrize("edit, rng, message", [
+    # A float id would be truncated to an int without a word.
+    (lambda t, m: (t + 0.7, m), jax.random.key(0), r"prompt_tokens must hold integer token ids"),
+    (lambda t, m: (t, m * 1.0), jax.random.key(0), r"prompt_mask must be of an integer or bool"),
+    (lambda t, m: (t, m), 0, r"rng must be one PRNG key \(jax.random.key\(seed\)\), got int"),
+    (lambda t, m: (t, m), jax.random.PRNGKey(0), r"rng must be one PRNG key .* uint32 \(2,\)"),
+])
+def test_sampler_rejects_wrong_dtypes_and_keys_in_one_line(edit, rng, message):
+  tokens, mask = edit(*prompts())
+  sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=(8,))
+  with pytest.raises(ValueError, match=message):
+    sampler(model_params(), tokens, mask, rng)
+
+
 def test_sampler_rejects_long_prompts_bad_groups_and_strategies():
   sampler = Sampler(CONFIG, TR, GREEDY, eos_ids=(), pad_id=0, prompt_buckets=(8,))
   tokens, mask = prompts()

@@ -214,7 +214,7 @@ def test_batch_errors(grpo_runs):
 
 
 def test_invalid_config_is_rejected_when_building():
-  with pytest.raises(ValueError, match=r"must be divisible by devices \(1\) x rl.minibatches \(1\) x rl.microbatches \(3\)"):
+  with pytest.raises(ValueError, match=r"must be divisible by the mesh's data x fsdp \(1\) x rl.minibatches \(1\) x rl.microbatches \(3\)"):
     update_fn.make_update_fn(problem.MODEL, problem.rl_config("grpo", microbatches=3),
                              optax.adam(1e-3), problem.one_device_mesh())
 
