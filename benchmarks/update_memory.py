@@ -67,31 +67,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.configs.default import get_config  # noqa: E402
 from rlscale import outputs  # noqa: E402
 from rlscale.model.config import ModelConfig  # noqa: E402
+from rlscale.aot.models import QWEN3_COMMON, QWEN3_SHAPES  # noqa: E402
 from rlscale.rl.presets import resolve_rl_config  # noqa: E402
 from rlscale.train.compile_options import CPU_UPDATE_OPTIONS  # noqa: E402
 from rlscale.train.memory import update_step_memory  # noqa: E402
 from rlscale.train.optimizer import make_optimizer  # noqa: E402
 
 
-# The Qwen3 releases' shapes (their config.json); every size has head_dim 128, vocab 151,936.
-QWEN3_SIZES = {
-    "0.6B": dict(hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
-                 num_kv_heads=8, tie_embeddings=True),
-    "1.7B": dict(hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16,
-                 num_kv_heads=8, tie_embeddings=True),
-    "4B": dict(hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32,
-               num_kv_heads=8, tie_embeddings=True),
-    "8B": dict(hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32,
-               num_kv_heads=8, tie_embeddings=False),
-}
+# The dense Qwen3 releases' shapes (their config.json: `rlscale.aot.models.QWEN3_SHAPES`).
+QWEN3_SIZES = {size: QWEN3_SHAPES[f"qwen3-{size.lower()}"] for size in ("0.6B", "1.7B", "4B", "8B")}
 GIB = 2 ** 30
 
 
 def qwen3(size: str, **overrides) -> ModelConfig:
   """The architecture of the Qwen3 release `size` (a key of QWEN3_SIZES), random weights."""
-  fields = {**QWEN3_SIZES[size], **overrides}
-  return ModelConfig(vocab_size=151_936, head_dim=128, rope_theta=1_000_000.0, qk_norm=True,
-                     **fields)
+  return ModelConfig(**{**QWEN3_COMMON, **QWEN3_SIZES[size], **overrides})
 
 
 def qwen3_0p6b(num_layers: int = 28, **overrides) -> ModelConfig:

@@ -132,6 +132,15 @@ class Sampler:
     multiple."""
     return batch_parallelism(self.mesh)
 
+  def jitted(self, sampling: SamplingConfig, samples_per_prompt: int, prompts_sharded: bool,
+             params=None):
+    """The `jax.jit` generate of one (sampling, G, prompt layout), fn(params, prompt_tokens
+    [P, Tp] int32, prompt_mask [P, Tp] int32, rng) -> Rollout of global arrays, e.g. to `.lower()`
+    for abstract inputs (`rlscale.aot`). prompts_sharded: the prompt rows split over the mesh's
+    batch axes (else every device holds every prompt); params: only needed when the sampler was
+    built without param_shardings (they are derived from its paths and shapes)."""
+    return self._function(params, sampling, samples_per_prompt, prompts_sharded)
+
   def _function(self, params, sampling: SamplingConfig, group: int, prompts_sharded: bool):
     """The jitted generate of one (sampling, G, prompt layout), built once."""
     key = (sampling, group, prompts_sharded)
