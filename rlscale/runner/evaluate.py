@@ -112,14 +112,13 @@ class Evaluator:
     row's place in the global batch."""
     hosts = self.hosts
     (tokens, mask), num_prompts = pad_to_multiple([tokens, mask], self.num_devices)
-    examples = list(self.examples) + [self.examples[-1]] * (len(tokens) - num_prompts)
+    indices = hosts_lib.own_rows(np.arange(len(tokens)), hosts)
     tokens, mask = hosts_lib.own_rows((tokens, mask), hosts)
-    examples = hosts_lib.own_rows(np.arange(len(examples)), hosts)
     rollout = self.sampler(params, tokens, mask, rng, sampling=sampling,
                            samples_per_prompt=samples_per_prompt)
     t_r = rollout.response_mask.shape[1]
     texts = decode_responses(self.tokenizer, rollout.tokens[:, -t_r:], rollout.response_mask)
-    rows = [self._example(int(i)) for i in examples for _ in range(samples_per_prompt)]
+    rows = [self._example(int(i)) for i in indices for _ in range(samples_per_prompt)]
     rewards, correct, _ = score_batch(self.task, texts, rows, response_lengths=rollout.lengths)
     rewards, correct = hosts_lib.gather_rows(
         (np.asarray(rewards, np.float32), np.asarray(correct, bool)), hosts)

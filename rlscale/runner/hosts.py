@@ -99,14 +99,6 @@ def any_process(flag: bool, hosts: Hosts) -> bool:
   return bool(np.any(gather_rows(np.asarray([flag], bool), hosts)))
 
 
-def from_writer(tree: Any, hosts: Hosts) -> Any:
-  """Process 0's value of `tree` (numpy leaves) on every process; identity with one process."""
-  if hosts.count == 1:
-    return tree
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  return multihost_utils.broadcast_one_to_all(tree)
-
-
 def check_rl_config(rl_cfg, hosts: Hosts) -> None:
   """Raises ValueError when the resolved `rl` config cannot be shared by `hosts.count` processes:
   rl.prompts_per_step not divisible by it (see `prompt_share`), or DAPO dynamic sampling

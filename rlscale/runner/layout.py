@@ -6,8 +6,7 @@ for the whole step. The loop, the update batch and the checkpoints go through a 
 the rest of the runner never handles device axes.
 
 Several processes (`rlscale.runner.hosts`): each process passes its own rows, which become the
-global arrays' rows in process order (`parallel.data.global_batch`), and reads back its own rows
-of a row-sharded output (`host_rows`).
+global arrays' rows in process order (`parallel.data.global_batch`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import jax
 import numpy as np
 
 from rlscale.parallel import mesh as mesh_lib
-from rlscale.parallel.data import global_batch, local_rows
+from rlscale.parallel.data import global_batch
 from rlscale.parallel.shardings import put_on_mesh
 
 
@@ -42,11 +41,6 @@ class MeshLayout:
 
     Raises: ValueError when the arrays disagree on b or B does not split over the batch axes."""
     return global_batch(rows, self.mesh)
-
-  def host_rows(self, x) -> np.ndarray:
-    """A row-sharded global output [B, ...] -> this process's rows [b, ...] on the host (all B
-    rows with one process)."""
-    return local_rows(x)
 
   def place_state(self, host_state):
     """A host (or differently placed) TrainState -> on the mesh by `state_shardings`. The result

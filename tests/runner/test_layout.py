@@ -7,6 +7,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from rlscale.runner import validate
+from rlscale.parallel.data import local_rows
 from rlscale.runner import layout as layout_lib
 from tests.runner.runner_configs import tiny_config
 
@@ -43,7 +44,7 @@ def test_rows_placed_and_read_back():
   assert placed["a"].shape == (3, 2) and isinstance(placed["a"], jax.Array)
   assert placed["a"].sharding.spec == PartitionSpec(("data", "fsdp"), None)
   for key, value in rows.items():
-    np.testing.assert_array_equal(layout.host_rows(placed[key]), value)
+    np.testing.assert_array_equal(local_rows(placed[key]), value)
 
 
 def test_a_placed_state_owns_its_buffers_and_restores_by_its_shardings():
