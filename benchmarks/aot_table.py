@@ -4,6 +4,9 @@ TPU slices, compiled on this CPU (`rlscale.aot`: libtpu, `pip install -e ".[tpu]
   python benchmarks/aot_table.py --out benchmarks/results          # the whole table (hours)
   python benchmarks/aot_table.py --out /tmp/t --models qwen3-8b --topologies v5p:2x2x1
   python benchmarks/aot_table.py --out /tmp/t --layers 2            # a quick check, not the table
+  python benchmarks/aot_table.py --out benchmarks/results --kl --longest   # after the table
+  JAX_PLATFORMS=cuda python benchmarks/aot_table.py --out OUT --kl --topologies local \
+      --models qwen3-0.6b,qwen3-1.7b,qwen3-8b       # the GPU rows, on a GPU (benchmarks/gpu.sh)
 
 Each row: one model x step x topology, the main job's config (experiments/configs/default.py)
 with the model replaced by a Qwen3 release shape at its full layer count (no extrapolation:
@@ -15,12 +18,20 @@ those rows), plus the reference pass and its resident copy with --kl. Qwen3-30B-
 64-chip v5p slice (v5p:4x4x4) with the expert axis ({fsdp: 8, expert: 8}) and 64 responses
 (16 prompts x 4 samples: one row per device, the slice's 16 hosts one prompt group each).
 Writes OUT/aot_table.json: {"command", "jax", "libtpu", "rows"} (`rlscale.aot.report.json_rows`).
+
+--longest reads OUT/aot_table.json and writes OUT/aot_longest.json: for each model x topology the
+longest row (prompt + response tokens, the prompt kept at 512) whose update step fits, found by
+doubling from the table's 4,096 while it fits (8,192 / 16,384 / 32,768) or halving while it does
+not (2,048 / 1,024). Only the update is searched: it holds the batch's activations and its
+attention grows with the square of the row, while the sampler's cache grows linearly (every
+sampler row of the table needs far less than the update's).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import sys
 import time
@@ -40,11 +51,13 @@ DENSE_TOPOLOGIES = ("v5e:2x4", "v6e:2x4", "v5p:2x2x1", "v5p:2x2x2")
 MOE_MODEL, MOE_TOPOLOGY = "qwen3-30b-a3b", "v5p:4x4x4"
 # Rows and lengths of the table: P prompts x G samples = 8 responses of 512 + 3,584 tokens.
 ROLLOUT = dict(prompts_per_step=2, group_size=4, max_prompt_tokens=512, max_new_tokens=3584)
+LONGER, SHORTER = (8192, 16384, 32768), (2048, 1024)  # --longest's row widths, tokens
 MOE_PROMPTS = 16  # 16 x 4 = 64 rows: the rows must split over fsdp x expert = 64 devices
 
 
-def table_config(*, moe: bool, kl: bool):
-  """The main job's config with the table's settings (see the module docstring)."""
+def table_config(*, moe: bool, kl: bool, tokens: int = 4096):
+  """The main job's config with the table's settings (see the module docstring), rows of
+  `tokens` = 512 prompt + the rest response tokens."""
   config = get_config()
   with config.unlocked():
     config.model.dtype = "bfloat16"
@@ -56,10 +69,53 @@ def table_config(*, moe: bool, kl: bool):
     config.rl.prompts_per_step = MOE_PROMPTS if moe else ROLLOUT["prompts_per_step"]
     config.rl.group_size = ROLLOUT["group_size"]
     config.rollout.max_prompt_tokens = ROLLOUT["max_prompt_tokens"]
-    config.rollout.max_new_tokens = ROLLOUT["max_new_tokens"]
+    config.rollout.max_new_tokens = tokens - ROLLOUT["max_prompt_tokens"]
     if kl:
       config.rl.kl_coef, config.rl.kl_estimator = 0.001, "k3"
   return config
+
+
+def longest_row(model: str, topology: str, base: dict, *, kl: bool, layers, progress) -> dict:
+  """The longest row width whose update step fits (see the module docstring), from the table's
+  4,096-token update row `base`: {"model", "topology", "chips", "mesh", "step", "rows",
+  "longest_fitting_tokens" (None: not even 1,024), "first_refused_tokens" (the shortest refused; None: 32,768 fits),
+  "peak_bytes" at each width tried, "hbm_bytes", "layers", "full_layers"}."""
+  moe = model == MOE_MODEL
+  fitting, refused = (4096, None) if base["fits"] else (None, 4096)
+  peaks = {4096: base["peak_bytes"]}
+  for tokens in (LONGER if base["fits"] else SHORTER):
+    compiled = compile_run(table_config(moe=moe, kl=kl, tokens=tokens), topology, shape=model,
+                           layers=layers, eval_steps=False, only=["update"], progress=progress)
+    result = compiled.results[0]
+    peaks[tokens] = result.peak_bytes
+    if result.fits:
+      fitting = tokens
+    else:
+      refused = tokens  # going down, the smallest width refused
+    if result.fits != base["fits"]:
+      break
+  return {key: base[key] for key in ("model", "topology", "chips", "mesh", "rows", "hbm_bytes",
+                                     "layers", "full_layers")} | {
+      "step": "update", "longest_fitting_tokens": fitting, "first_refused_tokens": refused,
+      "peak_bytes": {str(k): v for k, v in sorted(peaks.items())}}
+
+
+def package_version(name: str):
+  """The installed version of `name`, or None (no libtpu on a GPU machine: `--topologies local`)."""
+  try:
+    return importlib.metadata.version(name)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def write(path: str, rows: list) -> None:
+  """`path` = {"command", "jax", "libtpu", "rows"}, rewritten after every topology so partial
+  results are kept."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  outputs.write_json(path, {
+      "command": " ".join(["python benchmarks/aot_table.py"] + sys.argv[1:]),
+      "jax": importlib.metadata.version("jax"),
+      "libtpu": package_version("libtpu"), "rows": rows}, indent=1)
 
 
 def main(argv=None) -> None:
@@ -72,7 +128,21 @@ def main(argv=None) -> None:
   parser.add_argument("--layers", type=int, default=None,
                       help="Compile this many layers (a check of the script, not the table).")
   parser.add_argument("--kl", action="store_true", help="A KL term: the reference pass too.")
+  parser.add_argument("--longest", action="store_true",
+                      help="From OUT/aot_table.json, the longest rows that fit (aot_longest.json).")
   args = parser.parse_args(argv)
+  progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+  if args.longest:
+    table = json.load(open(os.path.join(args.out, "aot_table.json")))["rows"]
+    rows = []
+    for base in table:
+      if base["step"] != "update" or base["model"] not in args.models.split(","):
+        continue
+      rows.append(longest_row(base["model"], base["topology"], base, kl=args.kl,
+                              layers=args.layers, progress=progress))
+      print(json.dumps(rows[-1]), flush=True)
+      write(os.path.join(args.out, "aot_longest.json"), rows)
+    return
   steps = ["update", "sample"] + (["ref_logp"] if args.kl else [])
   rows = []
   for model in args.models.split(","):
@@ -81,14 +151,10 @@ def main(argv=None) -> None:
       start = time.perf_counter()
       compiled = compile_run(table_config(moe=moe, kl=args.kl), topology, shape=model,
                              layers=args.layers, eval_steps=False, only=steps,
-                             progress=lambda line: print(line, file=sys.stderr, flush=True))
+                             progress=progress)
       print(compiled.table(), f"\n({time.perf_counter() - start:.0f} s)\n", flush=True)
       rows.extend(compiled.rows())
-      os.makedirs(args.out, exist_ok=True)  # written after every topology: partial results kept
-      outputs.write_json(os.path.join(args.out, "aot_table.json"), {
-          "command": " ".join(["python benchmarks/aot_table.py"] + sys.argv[1:]),
-          "jax": importlib.metadata.version("jax"),
-          "libtpu": importlib.metadata.version("libtpu"), "rows": rows}, indent=1)
+      write(os.path.join(args.out, "aot_table.json"), rows)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 
 Flags: --config (a config file, `path[:arg]`, with `--config.<field>=<value>` overrides as
 `python -m rlscale.main`), --topology (one or more TPU slices, comma-separated: v5e:2x4,
-v5p:2x2x1, v5p:2x2x2, v6e:2x4, v4:2x2x1, ...), --model (a release shape replacing the config's
+v5p:2x2x1, v5p:2x2x2, v6e:2x4, v4:2x2x1, ...; or `local`: this process's own devices, e.g.
+`JAX_PLATFORMS=cuda python -m rlscale.aot ... --topology=local` on a GPU), --model (a release shape replacing the config's
 model: qwen3-0.6b ... qwen3-32b, qwen3-30b-a3b), --layers (compile fewer layers; rows say so),
 --steps (only these steps, comma-separated), --hosts (the run's processes on the slice),
 --no_eval (skip the held-out evaluation's sampler), --json (write the rows), --verbose
@@ -49,7 +50,8 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path to an ml_collections config file (optionally `path:arg`); override a "
     f"field with --config.<field>=<value> ({FIELDS_HINT}).", lock_config=True)
 _TOPOLOGY = flags.DEFINE_list(
-    "topology", None, "TPU slices to compile for, comma-separated, e.g. v5e:2x4,v5p:2x2x1.")
+    "topology", None, "TPU slices to compile for, comma-separated, e.g. v5e:2x4,v5p:2x2x1, or "
+    "local (this process's devices: JAX_PLATFORMS=cuda on a GPU).")
 _MODEL = flags.DEFINE_string(
     "model", None, "A release shape replacing the config's model (qwen3-0.6b, qwen3-1.7b, "
     "qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, qwen3-30b-a3b); default: the config's.")

@@ -13,13 +13,13 @@ from typing import Optional, Sequence
 
 from rlscale.aot.measure import StepResult, gib
 from rlscale.aot.steps import RunSteps
-from rlscale.aot.topology import GIB, Topology
+from rlscale.aot.topology import GIB, LOCAL, Topology
 
 MIB = 2 ** 20
 
 COLUMNS = ("step", "rows x tokens", "args", "temp", "out", "program", "resident", "peak",
            "HBM", "fits", "flops", "bytes accessed", "cost s", "compile s")
-COST_NOTE = ("flops, bytes accessed and cost s: the TPU compiler's cost model, every loop body "
+COST_NOTE = ("flops, bytes accessed and cost s: the compiler's cost model, every loop body "
              "counted once (one microbatch of the update, the sampler's prefill plus one "
              "decode step, one log-prob chunk); a roofline bound, not a measurement")
 
@@ -123,6 +123,17 @@ def _row(result: StepResult, unit: int) -> list[str]:
           tflop, accessed, seconds, f"{result.compile_seconds:.1f}"]
 
 
+def topology_text(topology: Topology, processes: int) -> str:
+  """One line on the devices compiled for and the memory one program may use on each."""
+  if topology.name == LOCAL:
+    return (f"topology: local, {len(topology.devices)} device(s) of {topology.kind} "
+            f"({topology.platform}), {gib(topology.hbm_bytes)} GiB per device usable by a "
+            "program (the allocator's limit; on a CPU the machine's memory)")
+  return (f"topology: {topology.name}, {topology.chips} chips of {topology.kind} "
+          f"({len(topology.devices)} devices, {processes} host(s)), {gib(topology.hbm_bytes)} "
+          "GiB of HBM per device usable by a program (the compiler's figure)")
+
+
 def format_table(results: Sequence[StepResult], run: RunSteps, topology: Topology,
                  model_name: str) -> str:
   """The per-device table of `results` with a header (model, topology, mesh, state) and the
@@ -132,9 +143,7 @@ def format_table(results: Sequence[StepResult], run: RunSteps, topology: Topolog
   unit_name = "MiB" if unit == MIB else "GiB"
   lines = [
       f"model: {model_text(run, model_name)}",
-      f"topology: {topology.name}, {topology.chips} chips of {topology.kind} "
-      f"({len(topology.devices)} devices, {run.processes} host(s)), {gib(topology.hbm_bytes)} "
-      "GiB of HBM per device usable by a program (the compiler's figure)",
+      topology_text(topology, run.processes),
       f"mesh: {mesh_text(run.mesh)}; training state {_size(run.state_bytes, unit)} {unit_name} "
       f"per device (parameters {_size(run.param_bytes, unit)})",
   ]
@@ -151,7 +160,7 @@ def format_table(results: Sequence[StepResult], run: RunSteps, topology: Topolog
   for result in results:
     if result.seconds is None and result.seconds_note.startswith("negative"):
       lines.append(f"cost s: the cost model's seconds are negative on {topology.chip} "
-                   "(not valid there); its flops and bytes are")
+                   "(not valid there); its flops and bytes are still the compiler's counts")
       break
   lines.extend(line for line in (verdict_line(r, run, topology) for r in results) if line)
   return "\n".join(lines)

@@ -69,7 +69,8 @@ def compile_run(config, topology: str | Topology, *, shape: Optional[str] = None
   Args:
     config: a run config (experiments/configs/*.py) with its overrides; config.mesh is laid
       over the topology's devices (`parallel.mesh.make_mesh`).
-    topology: a name ("v5e:2x4", "v5p:2x2x1", ...) or a loaded `Topology`.
+    topology: a name ("v5e:2x4", "v5p:2x2x1", ..., or "local": this process's devices) or a
+      loaded `Topology`.
     shape: a release shape replacing the model's architecture (`models.QWEN3_SHAPES`), or None.
     layers: compile with this many decoder layers (None: all; rows record both counts).
     eval_steps: compile the held-out evaluation's sampler calls too.
@@ -86,10 +87,10 @@ def compile_run(config, topology: str | Topology, *, shape: Optional[str] = None
   """
   if isinstance(topology, str):
     topology = load_topology(topology)
-  model_config = models.aot_model_config(config, platform="tpu", shape=shape)
+  model_config = models.aot_model_config(config, platform=topology.platform, shape=shape)
   full_layers = model_config.num_layers
   model_config = models.with_layers(model_config, layers)
-  run = steps_lib.build_steps(config, topology.devices, model_config, platform="tpu",
+  run = steps_lib.build_steps(config, topology.devices, model_config, platform=topology.platform,
                               eval_steps=eval_steps, processes=processes)
   chosen = run.steps
   if only:

@@ -7,7 +7,8 @@ them and `jax.jit(...).lower(...).compile()` run the real TPU compiler (MaxText'
 `train_compile.py`). Nothing executes and nothing is allocated on a TPU.
 
 `load_topology(name)` returns a `Topology`: the devices, the chip kind, and the HBM the compiler
-lets one program use per chip, read from the compiler itself (`usable_hbm_bytes`: an oversized
+lets one program use per chip (`load_topology("local")`: this process's own devices instead, e.g.
+one GPU: `benchmarks/gpu.sh` sizes the table's rows on a GPU at hand that way), read from the compiler itself (`usable_hbm_bytes`: an oversized
 probe program is refused with "exceeds available HBM (15.75G)"), since libtpu keeps part of the
 nominal HBM for itself. libtpu prints initialisation warnings on stderr when it starts on a
 machine without TPUs; they are captured here and shown only when loading fails.
@@ -56,12 +57,15 @@ class Topology:
     kind: the chips' `device_kind`, e.g. "TPU v5 lite".
     hbm_bytes: bytes of HBM one program may use on one device, as the compiler counts them
       (its "available HBM": below the chip's nominal figure, and half of it on v4, whose
-      devices are cores).
+      devices are cores); for "local" the device's allocator limit (`local_memory_bytes`).
+    platform: the devices' backend ("tpu"; "gpu" or "cpu" for "local"), whose "auto" kernel
+      and microbatch choices the compiled steps make.
   """
   name: str
   devices: tuple
   kind: str
   hbm_bytes: int
+  platform: str = "tpu"
 
   @property
   def chips(self) -> int:
@@ -118,7 +122,8 @@ def topology_devices(name: str) -> tuple:
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   if not isinstance(name, str) or ":" not in name:
     raise ValueError(f"--topology must name a TPU slice as <chip>:<shape>, e.g. "
-                     f"{', '.join(EXAMPLE_TOPOLOGIES)}; got {name!r}")
+                     f"{', '.join(EXAMPLE_TOPOLOGIES)}, or {LOCAL!r} (this process's devices); "
+                     f"got {name!r}")
   # libtpu takes /tmp/libtpu_lockfile when it starts, to keep two processes off one TPU; any
   # JAX process of this venv that probes for a TPU holds it (JAX_PLATFORMS unset), and the
   # lock would refuse this compile-only use, which opens no TPU ("Internal error when
@@ -174,10 +179,39 @@ def usable_hbm_bytes(devices: tuple) -> int:
   raise RuntimeError("the TPU compiler accepted a 64 TiB program; cannot read its HBM limit")
 
 
+LOCAL = "local"
+
+
+def local_memory_bytes(device) -> int:
+  """Bytes one program may use on `device`, a device of this process: its allocator's limit
+  (`memory_stats()["bytes_limit"]` on GPU and TPU), or the machine's physical memory where the
+  backend reports none (CPU).
+
+  Raises: RuntimeError when neither is known."""
+  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+  if stats and stats.get("bytes_limit"):
+    return int(stats["bytes_limit"])
+  try:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError) as e:
+    raise RuntimeError(f"no memory figure for {device}: {e}") from e
+
+
+def local_topology() -> Topology:
+  """This process's own devices as a `Topology` named "local" (e.g. one GPU: its compiler and
+  its memory limit; on a CPU, the machine's memory)."""
+  devices = tuple(jax.devices())
+  return Topology(name=LOCAL, devices=devices, kind=devices[0].device_kind,
+                  hbm_bytes=local_memory_bytes(devices[0]), platform=devices[0].platform)
+
+
 def load_topology(name: str) -> Topology:
-  """The `Topology` of the TPU slice `name` (e.g. "v5e:2x4", "v5p:2x2x1").
+  """The `Topology` of the TPU slice `name` (e.g. "v5e:2x4", "v5p:2x2x1"), or of this
+  process's devices for "local" (`local_topology`).
 
   Raises: TopologyUnavailable / ValueError as `topology_devices`."""
+  if name == LOCAL:
+    return local_topology()
   devices = topology_devices(name)
   return Topology(name=name, devices=devices, kind=devices[0].device_kind,
                   hbm_bytes=usable_hbm_bytes(devices))

@@ -88,3 +88,16 @@ def test_without_libtpu_the_reason_says_how_to_install_it(monkeypatch):
   reason = libtpu_unavailable_reason()
   assert reason.startswith("no TPU compiler: JAX TPU support not installed")
   assert 'pip install "rlscale[tpu]"' in reason
+
+
+def test_the_local_topology_compiles_for_this_process_with_its_own_kernels_and_memory():
+  import os
+  from rlscale.aot.run import compile_run
+  compiled = compile_run(get_config(), "local", eval_steps=False)
+  assert compiled.topology.platform == "cpu"
+  assert compiled.topology.hbm_bytes == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  assert compiled.run.model_config.attention_impl == "cpu"  # the CPU's kernels, not a TPU's
+  update = compiled.results[0]
+  assert [r.step for r in compiled.results] == ["update", "sample"] and compiled.fits
+  assert update.argument_bytes >= compiled.run.state_bytes  # the state is the update's argument
+  assert "topology: local, 1 device(s) of cpu (cpu)" in compiled.table()
