@@ -113,9 +113,23 @@ def write(path: str, rows: list) -> None:
   results are kept."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
   outputs.write_json(path, {
-      "command": " ".join(["python benchmarks/aot_table.py"] + sys.argv[1:]),
+      "command": command_line(),
       "jax": importlib.metadata.version("jax"),
       "libtpu": package_version("libtpu"), "rows": rows}, indent=1)
+
+
+def done_rows(path: str) -> list:
+  """The rows of an earlier run of the same command at `path` (a run stopped midway resumes at
+  the next model x topology), else []."""
+  if not os.path.exists(path):
+    return []
+  earlier = json.load(open(path))
+  return earlier["rows"] if earlier["command"] == command_line() else []
+
+
+def command_line() -> str:
+  """This invocation as the JSON files record it."""
+  return " ".join(["python benchmarks/aot_table.py"] + sys.argv[1:])
 
 
 def main(argv=None) -> None:
@@ -144,10 +158,14 @@ def main(argv=None) -> None:
       write(os.path.join(args.out, "aot_longest.json"), rows)
     return
   steps = ["update", "sample"] + (["ref_logp"] if args.kl else [])
-  rows = []
+  rows = done_rows(os.path.join(args.out, "aot_table.json"))
+  done = {(r["model"], r["topology"]) for r in rows}
   for model in args.models.split(","):
     moe = model == MOE_MODEL
     for topology in ([MOE_TOPOLOGY] if moe else args.topologies.split(",")):
+      if (model, topology) in done:
+        print(f"{model} on {topology}: in {args.out}/aot_table.json already", flush=True)
+        continue
       start = time.perf_counter()
       compiled = compile_run(table_config(moe=moe, kl=args.kl), topology, shape=model,
                              layers=args.layers, eval_steps=False, only=steps,
