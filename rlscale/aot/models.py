@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from rlscale.model import moe
+from rlscale.model.attention import resolve_attention_impl
 from rlscale.model.config import MOE_FIELDS, ModelConfig, resolve_impl
 
 # The Qwen3 releases' shapes (their config.json): head_dim 128, vocab 151,936, rope_theta 1e6,
@@ -79,9 +80,12 @@ def for_platform(model_config: ModelConfig, platform: str) -> ModelConfig:
   """model_config with its "auto" kernel switches resolved for `platform` ("tpu", "gpu",
   "cpu"), as `ModelConfig.attention_impl` / `remat_impl` and `moe.resolve_dispatch` resolve
   them on that backend (a CPU process compiling for a TPU would otherwise get the CPU paths).
-  Explicit choices are kept."""
+  Attention takes the training / prefill kernel (splash on TPU, cuDNN on GPU in 16 bits), which
+  decode steps replace with the standard one (`attention.resolve_attention_impl`). Explicit
+  choices are kept."""
   return model_config.replace(
-      attention_impl=resolve_impl(model_config.attention_impl, "cpu", "standard", platform),
+      attention_impl=resolve_attention_impl(model_config.attention_impl, decode=False,
+                                            dtype=model_config.dtype, platform=platform),
       remat_impl=resolve_impl(model_config.remat_impl, "custom_vjp", "checkpoint", platform),
       moe_dispatch=moe.resolve_dispatch(model_config.moe_dispatch, platform))
 

@@ -19,8 +19,9 @@ import jax.numpy as jnp
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # Kernel switches (`ModelConfig.attention_impl` / `remat_impl`): "auto" picks the CPU-tuned path
-# on the CPU backend and the standard one elsewhere (`resolve_impl`).
-ATTENTION_IMPLS = ("auto", "cpu", "standard")
+# on the CPU backend and the standard one elsewhere (`resolve_impl`); for attention, the
+# accelerator kernels on TPU and GPU (`attention.resolve_attention_impl`).
+ATTENTION_IMPLS = ("auto", "cpu", "standard", "blockwise", "splash", "cudnn")
 REMAT_IMPLS = ("auto", "custom_vjp", "checkpoint")
 # The mixture-of-experts fields (HF Qwen3MoeConfig names, plus the dispatch switch); with
 # num_experts == 0 they do not change the model (`ModelConfig.moe_fields_in_use`).
@@ -87,11 +88,18 @@ class ModelConfig:
       layer keeps only its input for the backward pass and recomputes its activations there,
       about one more forward of compute for the activation memory of one layer instead of all.
       The numbers are unchanged; sampling (the KV-cached forward) ignores it.
-    attention_impl: "cpu" (scores by einsum, a decode step's q . k as a multiply-reduce over the
-      transposed key cache: tuned for XLA:CPU), "standard" (`jax.nn.dot_product_attention`, the
-      path XLA and cuDNN optimise on GPU/TPU; the cache keeps its layout and is transposed on
-      read), or "auto" (default): "cpu" on the CPU backend, else "standard". Equal up to float
-      rounding (tests/model/test_kernel_switches.py).
+    attention_impl: the attention kernel (`rlscale.model.attention`; all read segment ids and
+      slots, `attention.AttentionSegments`). Dense, [B, heads, T, S] float32 scores: "cpu"
+      (scores by einsum, a decode step's q . k as a multiply-reduce over the transposed key
+      cache: tuned for XLA:CPU), "standard" (`jax.nn.dot_product_attention` with XLA; the cache
+      keeps its layout and is transposed on read). Memory-bounded: "blockwise" (plain-JAX online
+      softmax over key blocks with a recomputing backward, FlashAttention / Dao et al. 2022;
+      any platform), "splash" (jax's Pallas TPU splash-attention kernel under shard_map;
+      training and prefill, decode steps run "standard"), "cudnn" (cuDNN fused attention on
+      NVIDIA GPUs, bfloat16/float16 only; decode steps run "standard"). "auto" (default): "cpu"
+      on CPU; "splash" on TPU and "cudnn" on GPU with a 16-bit dtype for training and prefill,
+      "standard" otherwise (`attention.resolve_attention_impl`). Equal up to float rounding
+      (tests/model/test_kernel_switches.py, tests/model/test_attention.py).
     remat_impl: how `remat` recomputes a layer: "custom_vjp" (`transformer.rematerialised_layer`,
       whose backward is tied to the cotangent so XLA:CPU cannot merge it with the forward),
       "checkpoint" (`jax.checkpoint` with the nothing_saveable policy), or "auto" (default):

@@ -1,9 +1,11 @@
 """Flax linen decoder-only transformer for the Qwen3 / Qwen2 / Llama family.
 
 The KV cache is an explicit pytree passed in and returned (not a mutable flax collection), so the
-model is a pure function of (params, tokens, positions, attention mask, cache) and the sampler can
-carry the cache through `lax.while_loop`. Parameter names mirror the HF checkpoints
-(`layers_0/self_attn/q_proj/kernel` <-> `model.layers.0.self_attn.q_proj.weight`).
+model is a pure function of (params, tokens, positions, attention segments, cache) and the sampler
+can carry the cache through `lax.while_loop`. Attention is described by segment ids and slots
+(`attention.AttentionSegments`: packed sequences, left padding, decode over a cache), never by a
+[B, T, S] mask passed in; the kernels live in `rlscale.model.attention`. Parameter names mirror
+the HF checkpoints (`layers_0/self_attn/q_proj/kernel` <-> `model.layers.0.self_attn.q_proj.weight`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlscale.model import attention as attention_lib
+from rlscale.model.attention import AttentionSegments, positions_from_segments
 from rlscale.model.config import ModelConfig, RopeScaling, resolve_impl
 from rlscale.model.moe import MoEMLP, MoEStats
 from rlscale.parallel import rules as rules_lib
@@ -119,33 +123,6 @@ def positions_from_mask(input_mask: jax.Array) -> jax.Array:
   return jnp.maximum(jnp.cumsum(input_mask.astype(jnp.int32), axis=-1) - 1, 0)
 
 
-def causal_attention_mask(input_mask: jax.Array) -> jax.Array:
-  """[B, T] {0,1} -> [B, T, T] bool: query t sees key s iff s <= t and s is a real token.
-
-  A padding query still sees itself so its softmax row is never empty (no NaN)."""
-  t = input_mask.shape[-1]
-  causal = jnp.tril(jnp.ones((t, t), bool))
-  valid = input_mask.astype(bool)[:, None, :]
-  return (causal[None] & valid) | jnp.eye(t, dtype=bool)[None]
-
-
-def cache_attention_mask(slot_mask: jax.Array, cache_index: jax.Array, length: int) -> jax.Array:
-  """Attention mask for `length` queries written into a KV cache at slots cache_index.. .
-
-  Args:
-    slot_mask: [B, S] {0,1}, 1 where a cache slot holds (or is now receiving) a real token.
-    cache_index: int32 scalar, the slot of the first query.
-    length: T, number of queries (the prompt length at prefill, 1 per decode step).
-  Returns [B, T, S] bool: query t (at slot cache_index + t) sees slot s iff s <= cache_index + t and
-  s is real; it always sees its own slot, so a padding query never has an empty softmax row. With
-  cache_index = 0 and S = T this equals `causal_attention_mask`.
-  """
-  query_slots = cache_index + jnp.arange(length)[:, None]  # [T, 1]
-  slots = jnp.arange(slot_mask.shape[-1])[None, :]  # [1, S]
-  causal = (slots <= query_slots)[None] & slot_mask.astype(bool)[:, None, :]
-  return causal | (slots == query_slots)[None]
-
-
 class RMSNorm(nn.Module):
   """RMSNorm (Zhang & Sennrich 2019) computed in float32: x / rms(x) * weight."""
   eps: float
@@ -220,11 +197,13 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, rope: RopeTables, mask, layer_cache=None, cache_index=None,
-               last_only=False, queries: Optional[tuple[int, int]] = None):
+  def __call__(self, x, rope: RopeTables, segments: AttentionSegments, layer_cache=None,
+               cache_index=None, last_only=False, queries: Optional[tuple[int, int]] = None):
     """Returns (output [B, T, H], or [B, 1, H] for the last query only if last_only, or
     [B, stop - start, H] for the queries at positions [start, stop) only if queries (static, no
-    cache; keys and values still from all T positions); new cache)."""
+    cache; keys and values still from all T positions); new cache). With a cache, the new keys
+    and values go to slots cache_index.. and the first segments.key.shape[-1] slots are attended
+    (a prefill into an empty cache passes its T prompt slots and skips the rest)."""
     c = self.config
     dense = lambda feats, bias, name: nn.Dense(  # noqa: E731
         feats, use_bias=bias, dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, name=name)
@@ -234,7 +213,8 @@ class Attention(nn.Module):
       # Only these positions' outputs are needed: project and rotate their queries alone.
       start, stop = queries
       x_q, t = x[:, start:stop], stop - start
-      rope, mask = RopeTables(rope.cos[:, start:stop], rope.sin[:, start:stop]), mask[:, start:stop]
+      rope = RopeTables(rope.cos[:, start:stop], rope.sin[:, start:stop])
+      segments = attention_lib.query_window(segments, start, stop)
     else:
       x_q = x
     q = dense(c.num_heads * c.head_dim, c.qkv_bias, "q_proj")(x_q).reshape(b, t, c.num_heads, c.head_dim)
@@ -246,6 +226,7 @@ class Attention(nn.Module):
     q = apply_rope(q, rope)
     k = apply_rope(k, key_rope)
     new_cache = None
+    num_keys = segments.key.shape[-1]
     if layer_cache is not None:
       cache_k, cache_v = layer_cache  # [B, K, D, S], [B, K, S, D]
       cache_k = jax.lax.dynamic_update_slice_in_dim(
@@ -253,39 +234,13 @@ class Attention(nn.Module):
       cache_v = jax.lax.dynamic_update_slice_in_dim(
           cache_v, v.transpose(0, 2, 1, 3).astype(cache_v.dtype), cache_index, axis=2)
       new_cache = (cache_k, cache_v)
-      # Attend to the first mask.shape[-1] slots only (a prefill into an empty cache passes a
-      # [B, T, T] mask and skips the slots no token has been written to).
-      num_keys = mask.shape[-1]
       k, v = cache_k[..., :num_keys], cache_v[:, :, :num_keys]
-    if resolve_impl(c.attention_impl, "cpu", "standard") == "standard":
-      if layer_cache is not None:  # the cache's [B, K, D, S] / [B, K, S, D] -> [B, S, K, D]
-        k, v = k.transpose(0, 3, 1, 2), v.transpose(0, 2, 1, 3)
-      # Grouped-query attention, scale D^-0.5, logits and softmax in float32 (the mask [B, T, S]
-      # broadcast over heads); a fully masked (padding) query gets a uniform row, as below.
-      out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None]).reshape(
-          b, t, c.num_heads * c.head_dim)
-      if last_only:
-        out = out[:, -1:]
-      return dense(c.hidden_size, c.o_proj_bias, "o_proj")(out), new_cache
-    key_axes, value_axes = ("bskd", "bskd") if layer_cache is None else ("bkds", "bksd")
-    groups = c.num_heads // c.num_kv_heads
-    q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
-    # One query per row (a decode step): a multiply-reduce streams the cache once; as a dot it is a
-    # batch of B*K tiny [G, D] x [D, S] products, several times slower on CPU.
-    decode = layer_cache is not None and t == 1
-    if decode:
-      scores = jnp.sum(q[:, 0, :, :, :, None].astype(jnp.float32) * k[:, :, None], axis=-2)[:, :, :, None]
-    else:
-      # Scores in the compute dtype, then float32 for the mask and softmax, as HF and gemma do;
-      # XLA:CPU has no bf16 x bf16 -> f32 dot (preferred_element_type fails at run time).
-      scores = jnp.einsum(f"btkgd,{key_axes}->bkgts", q, k).astype(jnp.float32)
-    scores = scores * (c.head_dim ** -0.5)
-    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    if decode:
-      out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None], axis=3)[:, None]
-    else:
-      out = jnp.einsum(f"bkgts,{value_axes}->btkgd", probs, v)
+    # A decode step's keys, and those of a layer computing a window of its queries (the last
+    # layer of a log-prob pass), are other slots than its queries' (splash and cudnn do not run
+    # there).
+    decode = num_keys != t
+    impl = attention_lib.resolve_attention_impl(c.attention_impl, decode=decode, dtype=c.jnp_dtype)
+    out = attention_lib.attend(q, k, v, segments, impl=impl, cache_layout=layer_cache is not None)
     out = out.reshape(b, t, c.num_heads * c.head_dim)
     if last_only:
       out = out[:, -1:]
@@ -312,9 +267,9 @@ class DecoderLayer(nn.Module):
   layer: int = 0
 
   @nn.compact
-  def __call__(self, x, rope: RopeTables, mask, layer_cache=None, cache_index=None,
-               last_only=False, queries: Optional[tuple[int, int]] = None, token_mask=None,
-               replay=None):
+  def __call__(self, x, rope: RopeTables, segments: AttentionSegments, layer_cache=None,
+               cache_index=None, last_only=False, queries: Optional[tuple[int, int]] = None,
+               token_mask=None, replay=None):
     """Returns (x [B, T, H], or [B, 1, H] for the last position only if last_only, or
     [B, stop - start, H] for positions [start, stop) only if queries; new cache; the MoE
     layer's routing stats (see `moe.MoEMLP`, over the same positions, counting the tokens of
@@ -322,7 +277,7 @@ class DecoderLayer(nn.Module):
     (MoE layers; -1 where a token routes itself) replays experts (`moe.replayed_routing`)."""
     c = self.config
     h = RMSNorm(c.rms_norm_eps, c.jnp_param_dtype, name="input_layernorm")(x)
-    h, new_cache = Attention(c, name="self_attn")(h, rope, mask, layer_cache, cache_index,
+    h, new_cache = Attention(c, name="self_attn")(h, rope, segments, layer_cache, cache_index,
                                                   last_only, queries)
     cut = lambda a: a  # noqa: E731  the positions this layer's MLP computes
     if last_only:
@@ -341,9 +296,12 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
   """Decoder-only LM. Call with
 
-    tokens [B, T] int32, positions [B, T] int32, mask [B, T, S'] bool (query t may attend key s),
-    cache: KVCache with S >= S' slots (slots >= S' are not attended to; usually S' = S) or None
-    (then S' == T), cache_index: int32 scalar slot of tokens[:, 0].
+    tokens [B, T] int32, positions [B, T] int32 (rotary positions; they may restart per packed
+    sequence), segments: `attention.AttentionSegments` with query [B, T] and key [B, S'] segment
+    ids (who attends to whom: `attention.segments_from_mask` for rows of their own tokens,
+    `attention.cache_segments` over a cache), cache: KVCache with S >= S' slots (slots >= S' are
+    not attended to; usually S' = S) or None (then S' == T), cache_index: int32 scalar slot of
+    tokens[:, 0] (equal to segments.query_offset).
 
   Returns ModelOutput(logits [B, T, V] float32, values [B, T] float32 or None, cache).
   With last_only=True (static) only the last position is computed: logits [B, 1, V], values [B, 1].
@@ -366,7 +324,8 @@ class Transformer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, positions, mask, cache: Optional[KVCache] = None, cache_index=None,
+  def __call__(self, tokens, positions, segments: AttentionSegments,
+               cache: Optional[KVCache] = None, cache_index=None,
                last_only: bool = False, head: bool = True,
                outputs: Optional[tuple[int, int]] = None, token_mask=None, routing=None):
     c = self.config
@@ -385,7 +344,7 @@ class Transformer(nn.Module):
         layer = (rematerialised_layer if resolve_impl(c.remat_impl, "custom_vjp", "checkpoint")
                  == "custom_vjp" else checkpointed_layer)
         x, stats = layer(c, queries, i)(
-            self.variables["params"][f"layers_{i}"], x, rope, mask, token_mask, replay)
+            self.variables["params"][f"layers_{i}"], x, rope, segments, token_mask, replay)
         x = constrain_activations(x)
         if stats is not None:
           moe_stats.append(stats)
@@ -394,7 +353,7 @@ class Transformer(nn.Module):
       # With last_only, the last layer computes its output for the last position only; every layer
       # still writes all positions' keys and values to the cache.
       x, layer_new, stats = DecoderLayer(c, layer=i, name=f"layers_{i}")(
-          x, rope, mask, layer_cache, cache_index, last_only and i == c.num_layers - 1, queries,
+          x, rope, segments, layer_cache, cache_index, last_only and i == c.num_layers - 1, queries,
           token_mask, replay)
       x = constrain_activations(x)
       if layer_new is not None:
@@ -430,7 +389,7 @@ class Transformer(nn.Module):
 
 def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None,
                          layer: int = 0):
-  """fn(layer_params, x, rope, mask, token_mask, replay) -> (x, moe stats or None): decoder
+  """fn(layer_params, x, rope, segments, token_mask, replay) -> (x, moe stats or None): decoder
   layer `layer` (no cache; outputs for positions [start, stop) only when queries, see `DecoderLayer`)
   whose backward pass recomputes the layer from its input instead of keeping its activations
   (gradient checkpointing, as `jax.checkpoint`).
@@ -443,21 +402,22 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
   extra add is one elementwise pass over x per layer; the numbers are those of the plain layer.
   """
 
-  def apply(params, x, rope, mask, token_mask, replay):
+  def apply(params, x, rope, segments, token_mask, replay):
     out, _, stats = DecoderLayer(config, layer=layer).apply(
-        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask, replay=replay)
+        {"params": params}, x, rope, segments, queries=queries, token_mask=token_mask,
+        replay=replay)
     return out, stats
 
   @jax.custom_vjp
-  def layer_fn(params, x, rope, mask, token_mask, replay):
-    return apply(params, x, rope, mask, token_mask, replay)
+  def layer_fn(params, x, rope, segments, token_mask, replay):
+    return apply(params, x, rope, segments, token_mask, replay)
 
-  def layer_fwd(params, x, rope, mask, token_mask, replay):
-    return (apply(params, x, rope, mask, token_mask, replay),
-            (params, x, rope, mask, token_mask, replay))
+  def layer_fwd(params, x, rope, segments, token_mask, replay):
+    return (apply(params, x, rope, segments, token_mask, replay),
+            (params, x, rope, segments, token_mask, replay))
 
   def layer_bwd(saved, cotangents):
-    params, x, rope, mask, token_mask, replay = saved
+    params, x, rope, segments, token_mask, replay = saved
     # The MoE stats' cotangent (the aux loss reaches the router through expert_prob) goes into
     # the recomputation's vjp with the output's; the integer experts have float0 cotangents.
     cotangent = cotangents[0]
@@ -467,7 +427,7 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
     # layer's gathered weights stay alive until its backward (measured on Qwen3-8B, {fsdp: 8}:
     # 2.0 instead of 0.77 GiB of temporaries per layer).
     tied_params = jax.tree.map(lambda p: p + tie.astype(p.dtype), params)
-    _, vjp = jax.vjp(lambda p, h, r: apply(p, h, r, mask, token_mask, replay), tied_params,
+    _, vjp = jax.vjp(lambda p, h, r: apply(p, h, r, segments, token_mask, replay), tied_params,
                      x + tie, rope)
     return (*vjp(cotangents), None, None, None)
 
@@ -477,14 +437,15 @@ def rematerialised_layer(config: ModelConfig, queries: Optional[tuple[int, int]]
 
 def checkpointed_layer(config: ModelConfig, queries: Optional[tuple[int, int]] = None,
                        layer: int = 0):
-  """fn(layer_params, x, rope, mask, token_mask, replay) -> (x, moe stats or None): decoder
+  """fn(layer_params, x, rope, segments, token_mask, replay) -> (x, moe stats or None): decoder
   layer `layer` under `jax.checkpoint` with the nothing_saveable policy (the layer's input is kept,
   everything else recomputed in the backward): the standard remat of GPU/TPU stacks
   (`model.remat_impl` "checkpoint"), the same numbers as `rematerialised_layer`."""
 
-  def apply(params, x, rope, mask, token_mask, replay):
+  def apply(params, x, rope, segments, token_mask, replay):
     out, _, stats = DecoderLayer(config, layer=layer).apply(
-        {"params": params}, x, rope, mask, queries=queries, token_mask=token_mask, replay=replay)
+        {"params": params}, x, rope, segments, queries=queries, token_mask=token_mask,
+        replay=replay)
     return out, stats
 
   return jax.checkpoint(apply, policy=jax.checkpoint_policies.nothing_saveable)
@@ -527,9 +488,9 @@ def init_params(config: ModelConfig, rng: jax.Array) -> dict:
 
   Jitted because initialising op by op compiles every primitive separately (~3x slower on CPU)."""
   tokens = jnp.zeros((1, 2), jnp.int32)
-  mask = causal_attention_mask(jnp.ones((1, 2), jnp.int32))
+  segments = attention_lib.segments_from_mask(jnp.ones((1, 2), jnp.int32))
   init = jax.jit(Transformer(config).init)
-  return init(rng, tokens, positions_from_mask(jnp.ones((1, 2))), mask)["params"]
+  return init(rng, tokens, positions_from_mask(jnp.ones((1, 2))), segments)["params"]
 
 
 def replay_window(response_experts: jax.Array, total_len: int) -> jax.Array:
@@ -550,13 +511,18 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
             head: bool = True, outputs: Optional[tuple[int, int]] = None,
             routing: Optional[jax.Array] = None) -> ModelOutput:
   """Full causal forward without cache over left-padded sequences (e.g. a Rollout's prompt and
-  response: `tokens`, `concatenate([prompt_mask, response_mask], 1)`).
+  response: `tokens`, `concatenate([prompt_mask, response_mask], 1)`) or rows of packed
+  sequences.
 
   Args:
     params: the `params` collection of `init_params` / `load_hf_checkpoint` for `config`.
     config: ModelConfig of params.
-    tokens: [B, T] int32. input_mask: [B, T] {0,1}, 1 for real tokens; positions count real
-      tokens only, so left padding does not shift them.
+    tokens: [B, T] int32. input_mask: [B, T] int, 0 for padding, else the token's segment id:
+      1 for every real token of a left-padded row, or 1, 2, ... for the sequences packed into a
+      row (each contiguous; attention stays within a segment, causal). Positions count the
+      earlier tokens of the same segment (`attention.positions_from_segments`), so padding does
+      not shift them and they restart for each packed sequence. Outputs at padding positions
+      are not meaningful (a padding token attends only itself).
     head: False skips the output head: logits None and `hidden` [B, T, hidden_size] instead (see
       `output_logits`), so no [B, T, V] array is made.
     outputs: (start, stop), static ints with 0 <= start < stop <= T, or None: only positions
@@ -579,9 +545,10 @@ def forward(params, config: ModelConfig, tokens: jax.Array, input_mask: jax.Arra
     # No position before `stop` attends to a later one: those columns are left out.
     tokens, input_mask = tokens[:, :outputs[1]], input_mask[:, :outputs[1]]
     routing = None if routing is None else routing[:, :outputs[1]]
-  return Transformer(config).apply({"params": params}, tokens, positions_from_mask(input_mask),
-                                   causal_attention_mask(input_mask), head=head, outputs=outputs,
-                                   token_mask=input_mask if config.moe_layers else None,
+  token_mask = (input_mask > 0).astype(jnp.int32) if config.moe_layers else None
+  return Transformer(config).apply({"params": params}, tokens, positions_from_segments(input_mask),
+                                   attention_lib.segments_from_mask(input_mask), head=head,
+                                   outputs=outputs, token_mask=token_mask,
                                    routing=routing if config.moe_layers else None)
 
 

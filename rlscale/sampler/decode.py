@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlscale.model.config import ModelConfig
-from rlscale.model.transformer import (KVCache, Transformer, cache_attention_mask, init_cache,
-                                       positions_from_mask)
+from rlscale.model.attention import cache_segments
+from rlscale.model.transformer import KVCache, Transformer, init_cache, positions_from_mask
 from rlscale.parallel import rules as rules_lib
 from rlscale.sampler.strategies import SamplingConfig, sample_token_from_noise
 
@@ -282,9 +282,9 @@ def generate_unchecked(params, prompt_tokens, prompt_mask, rng, *, model_config,
   prompt_tokens = prompt_tokens.astype(jnp.int32)
 
   # Prefill: every prompt slot of each distinct prompt in one forward, attending to the prompt
-  # slots only.
+  # slots only (the static offset 0 lets splash / cudnn run it).
   out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
-                    cache_attention_mask(prompt_mask, 0, prompt_len),
+                    cache_segments(prompt_mask, 0, prompt_len),
                     constrain_cache(init_cache(model_config, num_prompts, num_slots), cache_rules),
                     jnp.int32(0), last_only=True)
   if samples_per_prompt > 1:  # each prompt's G rows start from copies of its prefill
@@ -295,7 +295,8 @@ def generate_unchecked(params, prompt_tokens, prompt_mask, rng, *, model_config,
                        moe=moe)
     prompt_tokens, prompt_mask = to_rows(prompt_tokens), to_rows(prompt_mask)
   out = out._replace(cache=constrain_cache(out.cache, cache_rules))
-  # Cache slot s holds a real token iff it is a real prompt slot or a response slot.
+  # Cache slot s holds a real token (segment 1) iff it is a real prompt slot or a response slot;
+  # response slots not yet written lie after the query's slot, which causality excludes.
   slot_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], axis=1)
   empty = DecodeState(
       step=jnp.int32(0),
@@ -322,7 +323,7 @@ def generate_unchecked(params, prompt_tokens, prompt_mask, rng, *, model_config,
     slot = prompt_len + state.step - 1  # cache slot of last_token
     positions = (real_prompt_len + state.step - 1)[:, None]
     out = model.apply({"params": params}, state.last_token[:, None], positions,
-                      cache_attention_mask(slot_mask, slot, 1), state.cache, slot)
+                      cache_segments(slot_mask, slot, 1), state.cache, slot)
     token, logp = sample_token_from_noise(out.logits[:, 0], draw(state.step), sampling)
     return record(state._replace(cache=constrain_cache(out.cache, cache_rules)), token, logp,
                   out.moe)

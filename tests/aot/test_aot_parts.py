@@ -34,7 +34,10 @@ def test_auto_kernels_follow_the_target_not_this_cpu():
   config = get_config()
   tpu = models.aot_model_config(config, platform="tpu")
   assert (tpu.attention_impl, tpu.remat_impl, tpu.moe_dispatch) == (
-      "standard", "checkpoint", "ragged")
+      "splash", "checkpoint", "ragged")
+  assert models.aot_model_config(config, platform="gpu").attention_impl == "standard"  # float32
+  config.model.dtype = "bfloat16"
+  assert models.aot_model_config(config, platform="gpu").attention_impl == "cudnn"
   cpu = models.aot_model_config(config, platform="cpu")
   assert (cpu.attention_impl, cpu.remat_impl, cpu.moe_dispatch) == ("cpu", "custom_vjp", "dense")
   config.model.attention_impl = "cpu"  # an explicit choice is kept

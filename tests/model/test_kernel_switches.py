@@ -40,7 +40,7 @@ def test_auto_resolves_by_platform():
 
 
 @pytest.mark.parametrize("field, allowed", [
-    ("attention_impl", "['auto', 'cpu', 'standard']"),
+    ("attention_impl", "['auto', 'cpu', 'standard', 'blockwise', 'splash', 'cudnn']"),
     ("remat_impl", "['auto', 'custom_vjp', 'checkpoint']")])
 def test_bad_value_refused_in_one_line(field, allowed):
   with pytest.raises(ValueError, match=rf"^model.{field} must be one of {re_escape(allowed)}, "

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlscale.model import (Transformer, causal_attention_mask, init_cache, init_params,
+from rlscale.model import (Transformer, cache_segments, init_cache, init_params,
                            positions_from_mask, tiny_config)
 
 
@@ -15,10 +15,10 @@ def test_last_only_matches_the_full_forward():
   tokens = jax.random.randint(jax.random.key(1), (3, 7), 0, 64)
   input_mask = jnp.ones((3, 7), jnp.int32).at[0, :3].set(0)  # a left-padded row
   positions = positions_from_mask(input_mask)
-  mask = causal_attention_mask(input_mask)
+  segments = cache_segments(input_mask, 0, 7)  # a prefill into an empty cache
   model = Transformer(config)
-  full = model.apply({"params": params}, tokens, positions, mask, init_cache(config, 3, 7), 0)
-  last = model.apply({"params": params}, tokens, positions, mask, init_cache(config, 3, 7), 0,
+  full = model.apply({"params": params}, tokens, positions, segments, init_cache(config, 3, 7), 0)
+  last = model.apply({"params": params}, tokens, positions, segments, init_cache(config, 3, 7), 0,
                      last_only=True)
   assert last.logits.shape == (3, 1, 64)
   np.testing.assert_allclose(last.logits[:, 0], full.logits[:, -1], atol=1e-5)

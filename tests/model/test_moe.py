@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlscale.model import moe
+from rlscale.model import attention, moe
 from rlscale.model import transformer as tfm
 from rlscale.model.config import ModelConfig
 
@@ -224,11 +224,11 @@ def test_kv_cached_decode_equals_the_full_forward(random_params):
   cache = tfm.init_cache(config, 1, 6)
   slots = jnp.ones((1, 6), jnp.int32)
   out = model.apply({"params": params}, tokens[:, :3], jnp.arange(3)[None],
-                    tfm.cache_attention_mask(slots, 0, 3), cache, 0)
+                    attention.cache_segments(slots, 0, 3), cache, 0)
   logits, experts = [out.logits], [out.moe.experts]
   for t in range(3, 6):
     out = model.apply({"params": params}, tokens[:, t:t + 1], jnp.array([[t]]),
-                      tfm.cache_attention_mask(slots, t, 1), out.cache, t)
+                      attention.cache_segments(slots, t, 1), out.cache, t)
     logits.append(out.logits)
     experts.append(out.moe.experts)
   np.testing.assert_allclose(jnp.concatenate(logits, 1), full.logits, rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rlscale.model import attention
 from rlscale.model import transformer as tfm
 from rlscale.model.config import ModelConfig, RopeScaling
 
@@ -47,9 +48,9 @@ def test_cached_decode_matches_full_forward_every_step(overrides, random_params)
 
   @jax.jit
   def cached(params, tokens, positions, cache, index):
-    mask = tfm.cache_attention_mask(slot_mask, index, tokens.shape[1])
-    return tfm.Transformer(config).apply({"params": params}, tokens, positions, mask, cache=cache,
-                                         cache_index=index)
+    segments = attention.cache_segments(slot_mask, index, tokens.shape[1])
+    return tfm.Transformer(config).apply({"params": params}, tokens, positions, segments,
+                                         cache=cache, cache_index=index)
 
   out = cached(params, prompt, tfm.positions_from_mask(prompt_mask),
                tfm.init_cache(config, batch=3, length=slots), 0)
@@ -65,11 +66,12 @@ def test_cached_decode_matches_full_forward_every_step(overrides, random_params)
   assert float(jnp.std(out.logits)) > 0.3
 
 
-def test_cache_attention_mask_equals_causal_mask_without_offset():
+def test_cache_segments_without_offset_equal_the_forward_segments():
   mask = jnp.asarray([[0, 0, 1, 1], [1, 1, 1, 1]], jnp.int32)
-  np.testing.assert_array_equal(tfm.cache_attention_mask(mask, 0, 4), tfm.causal_attention_mask(mask))
+  np.testing.assert_array_equal(attention.dense_mask(attention.cache_segments(mask, 0, 4)),
+                                attention.dense_mask(attention.segments_from_mask(mask)))
   # One decode query at slot 2 of [pad, real, real(now), empty]: sees slots 1 and 2 only.
-  got = tfm.cache_attention_mask(jnp.asarray([[0, 1, 1, 0]]), 2, 1)
+  got = attention.dense_mask(attention.cache_segments(jnp.asarray([[0, 1, 1, 0]]), 2, 1))
   np.testing.assert_array_equal(got, [[[False, True, True, False]]])
 
 
