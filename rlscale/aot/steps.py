@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -101,6 +101,9 @@ class RunSteps:
     param_bytes: bytes per device of the policy's parameters.
     processes: the run's process count the sampler's layout assumed.
     steps: the `Step`s, update first.
+    sampler: the run's `Sampler` on `mesh` (its rules, param shardings, sampling), for
+      programs built beside the steps (`aot.programs`: prefill, one decode step).
+    params: the policy's parameters as ShapeDtypeStructs with the train state's shardings.
   """
   model_config: ModelConfig
   mesh: jax.sharding.Mesh
@@ -113,6 +116,8 @@ class RunSteps:
   param_bytes: int
   processes: int
   steps: tuple
+  sampler: Optional[Sampler] = None
+  params: object = None
 
 
 def shard_bytes(tree) -> int:
@@ -325,4 +330,4 @@ def build_steps(config, devices: Sequence[jax.Device], model_config: ModelConfig
   return RunSteps(model_config=model_config, mesh=mesh, rl=rl, update_microbatches=update_k,
                   pass_microbatches=pass_k, prompt_len=tp, response_len=tr,
                   state_bytes=state_bytes, param_bytes=param_bytes, processes=processes,
-                  steps=tuple(steps))
+                  steps=tuple(steps), sampler=sampler, params=state.params)

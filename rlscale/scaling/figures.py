@@ -260,7 +260,8 @@ def throughput_profile_figure(profile, out_dir) -> str:
     iqr = np.asarray([r["seconds"][phase]["iqr"] for r in rows]).T
     label = "end to end" if phase == "step" else phase
     left.errorbar(b, med, yerr=np.abs(iqr - med), marker=marker, ls="none", capsize=3, label=label)
-    right.plot(b, b / med, marker=marker, label=label)
+    if np.all(med > 0):  # a phase of 0 s (a cost-model estimate's reward) has no rate
+      right.plot(b, b / med, marker=marker, label=label)
   grid = np.linspace(b.min(), b.max(), 50)
   if fit:
     g = fit["generation"]
@@ -283,8 +284,11 @@ def throughput_profile_figure(profile, out_dir) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
   right.set_yscale("log")
+  # An estimate's device already says "cost-model estimate" (`rlscale.aot.profile`).
+  how = ("roofline bound, no host or scheduling overheads, not a measurement"
+         if profile.get("estimate") else "measured alone")
   fig.suptitle(f"{profile.get('name') or 'throughput'}: seconds per RL step and throughput vs batch "
-               f"({profile.get('device', '')}, measured alone)")
+               f"({profile.get('device', '')}, {how})")
   return _save(fig, out_dir, "throughput.png")
 
 

@@ -127,6 +127,7 @@ def build_report(sweep_dir: str, *, profile: dict | None = None, metric: str | N
       "base_learning_rate": base_lr, "reference_batch": reference_batch,
       "reference_batch_size": reference_batch * minibatches,
       "throughput_source": throughput.source, "throughput_device": throughput.device,
+      "throughput_estimate": throughput.estimate,
       "seeds": sorted({tuple(r["seed_key"]) for r in run_rows}),
       "runs": run_rows,
       "runs_not_started": not_started,

@@ -89,8 +89,10 @@ def _header(report) -> list[str]:
   weak = ("**WEAK TARGET: fewer than 3 standard errors above the warm start, reported only "
           + ("because this is a smoke sweep.** " if report.get("smoke") else
              "because --allow_weak_target was given.** ") if t.get("weak") else "")
-  source = ("measured alone on the machine" + (f" ({report['throughput_device']})"
-                                               if report.get("throughput_device") else "")
+  measured = ("measured alone on the machine" if not report.get("throughput_estimate") else
+              f"a {report['throughput_estimate']}")
+  source = (measured + (f" ({report['throughput_device']})" if report.get("throughput_device")
+                        else "")
             if report["throughput_source"] == "profile" else
             "the runs' own clocks; runs of a parallel sweep share cores")
   lines = [f"# Batch-size study: {report['sweep']}", ""]

@@ -23,6 +23,9 @@ class Throughput:
     self.profile = profile
     self.source = "profile" if profile else "runs"
     self.device = (profile or {}).get("device")
+    # A profile estimated from the TPU compiler's cost model (`rlscale.aot.profile`) carries its
+    # label ("cost-model estimate ..., not a measurement"); a measured one has none.
+    self.estimate = (profile or {}).get("label") if (profile or {}).get("estimate") else None
     self.by_batch: dict[int, dict] = {}
     if profile:
       for row in profile["batches"]:
