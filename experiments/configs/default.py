@@ -152,6 +152,16 @@ def get_config(arg=None):
   # (generation 7.0 s with 1, 7.7 s with 2 on 2 cores). Keep 1 on GPU/TPU. The samples depend on
   # it (each chunk draws with its own key).
   config.rollout.host_threads = 1
+  # How asynchronous rollouts (rl.max_off_policy_steps >= 1) overlap the update on one device:
+  # "thread" (a rollout thread draws the next batch) or "dispatch" (the update is dispatched, the
+  # next batch drawn in the main thread, then the update's metrics fetched). Same samples either
+  # way (the fixed-lag rule); only speed differs. Neither pays on a 2-core CPU: XLA runs one
+  # program at a time on the device, so only host work overlaps; a rollout batch and an update
+  # at once took 0.99x (thread) and 1.00x (dispatch) of their sum alone (main job: 0.024 s +
+  # 0.120 s), and k = 1 ran at 0.93x (thread) and 0.83x (dispatch) of k = 0's step throughput
+  # (3 interleaved rounds on a shared machine, load 1.6-4.8;
+  # benchmarks/results/async_rollouts/). "thread" also overlaps the trainer's host work.
+  config.rollout.async_overlap = "thread"
 
   # --- RL algorithm.
   config.rl = ml_collections.ConfigDict()
@@ -202,6 +212,21 @@ def get_config(arg=None):
   # Behaviour log-probs for the ratio: "sampler" (the rollout's; float32 matches the trainer to
   # ~2e-6) or "recompute" (a trainer forward before the update, as verl/TRL; use it in bfloat16).
   config.rl.old_logp = placeholder(str)
+  # Asynchronous rollouts (rlscale/runner/async_rollouts.py): k = max_off_policy_steps bounds how
+  # many updates old the sampling policy may be. 0 = the synchronous loop (each batch drawn by
+  # the current policy); k >= 1: batch n is drawn by policy version max(0, n - k) (a fixed lag),
+  # in a rollout thread while the trainer updates, so every sample is exactly min(n, k) updates
+  # stale when trained on (logged as rollout/staleness_mean and _max).
+  config.rl.max_off_policy_steps = 0
+  # Correction of the stale batches' loss (rlscale/rl/off_policy.py): "none", "decoupled"
+  # (AReaL's decoupled PPO, Fu et al. 2025) or "tis" (truncated importance sampling, Yao et al.
+  # 2025); None = "none" at k = 0 and "decoupled" at k >= 1. A correction makes an unset
+  # rl.old_logp "recompute" (the proximal policy's log-probs: one more forward per step).
+  config.rl.off_policy_correction = placeholder(str)
+  # TIS's cap C on pi_old / pi_behav (>= 1; 2 in the paper); AReaL's cap on the decoupled weight
+  # (AReaL's behav_imp_weight_cap: tokens above it are dropped; None = no cap).
+  config.rl.tis_cap = 2.0
+  config.rl.decoupled_weight_cap = placeholder(float)
   # Whiten advantages over the batch's real tokens (PPO).
   config.rl.whiten_advantages = placeholder(bool)
   # PPO critic: value-loss coefficient, value clip range around the rollout values (0 = off),

@@ -20,14 +20,13 @@ and select it with `--config.rl.policy_loss=my_loss`.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Callable, Optional
 
 import chex
 import jax.numpy as jnp
 
 from rlscale.rl.kl import log_ratio
-from rlscale.rl.registry import Registry
+from rlscale.rl.registry import Registry, hyperparameters_from
 
 PolicyLoss = Callable[..., tuple[chex.Array, dict[str, chex.Array]]]
 POLICY_LOSSES: Registry[PolicyLoss] = Registry(
@@ -118,16 +117,8 @@ def bind_policy_loss(name: str, rl_cfg) -> Callable[..., tuple[chex.Array, dict[
   required hyperparameter that `rl_cfg` lacks.
   """
   loss_fn = POLICY_LOSSES.get(name)
-  kwargs = {}
-  for param in inspect.signature(loss_fn).parameters.values():
-    if param.kind is not inspect.Parameter.KEYWORD_ONLY:
-      continue
-    if param.name in rl_cfg:
-      kwargs[param.name] = rl_cfg[param.name]
-    elif param.default is inspect.Parameter.empty:
-      raise ValueError(f"rl.policy_loss={name!r} needs hyperparameter rl.{param.name}, "
-                       "which the config does not set")
-  return functools.partial(loss_fn, **kwargs)
+  return functools.partial(loss_fn, **hyperparameters_from(loss_fn, rl_cfg,
+                                                           f"rl.policy_loss={name!r}"))
 
 
 def clipped_value_loss(values: chex.Array, old_values: chex.Array, returns: chex.Array, *,

@@ -43,6 +43,7 @@ from rlscale.rl import aggregation
 from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
 from rlscale.rl.kl import KL_ESTIMATORS
 from rlscale.rl.losses import POLICY_LOSSES
+from rlscale.rl.off_policy import resolve_off_policy, validate_off_policy
 
 # Defaults shared by every preset; each preset below overrides some of them.
 _COMMON = dict(
@@ -91,6 +92,9 @@ OLD_LOGP_SOURCES = ("sampler", "recompute")
 def resolve_rl_config(rl_cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """A copy of `rl_cfg` with every unset (missing or None) preset field filled from
   PRESETS[rl_cfg.algorithm]. Fields the preset leaves None (loss_agg_norm, dual_clip_c) stay None.
+  The asynchronous-rollout fields (max_off_policy_steps, off_policy_correction, tis_cap,
+  decoupled_weight_cap) are filled by `off_policy.resolve_off_policy`: a correction, the default
+  with rl.max_off_policy_steps >= 1, makes an unset old_logp "recompute".
 
   Raises:
     ValueError: when rl.algorithm is missing or not a preset (listing the presets).
@@ -103,6 +107,7 @@ def resolve_rl_config(rl_cfg: ml_collections.ConfigDict) -> ml_collections.Confi
     if resolved.get(field) is None:
       # Assigning through the dict keeps a None placeholder's declared type out of the way.
       resolved[field] = value
+  resolve_off_policy(resolved, rl_cfg)
   return resolved
 
 
@@ -126,7 +131,7 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
   divisible by num_devices (the parts of the mesh's batch axes, data x fsdp) * minibatches *
   microbatches; ranges of clip eps, dual_clip_c, kl_coef, entropy_coef, gamma, lam,
   value_clip_eps, vf_coef, temperature, overlong_buffer_frac; mask_truncated is a bool; old_logp is
-  one of OLD_LOGP_SOURCES.
+  one of OLD_LOGP_SOURCES; the asynchronous-rollout fields (`off_policy.validate_off_policy`).
   """
   _require(rl_cfg.get("algorithm") in PRESETS,
            f"rl.algorithm={rl_cfg.get('algorithm')!r} is not one of {sorted(PRESETS)}")
@@ -185,3 +190,4 @@ def validate_rl_config(rl_cfg: ml_collections.ConfigDict, *, num_devices: int) -
            f"rl.mask_truncated must be True or False, got {rl_cfg.mask_truncated!r}")
   _require(0 <= rl_cfg.overlong_buffer_frac < 1,
            f"rl.overlong_buffer_frac must be in [0, 1), got {rl_cfg.overlong_buffer_frac}")
+  validate_off_policy(rl_cfg)

@@ -3,7 +3,8 @@ string and a user adds their own with a decorator or a call."""
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, Optional, TypeVar
+import inspect
+from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -64,3 +65,22 @@ class Registry(Generic[T]):
 
   def __len__(self) -> int:
     return len(self._entries)
+
+
+def hyperparameters_from(fn: Callable, rl_cfg, selected: str) -> dict[str, Any]:
+  """The keyword-only hyperparameters of `fn` (a registered loss or correction) read from the
+  `rl` config fields of the same name; one the config lacks keeps fn's default.
+
+  Args: fn; rl_cfg: a resolved rl section (ConfigDict or dict); selected: what picked fn, for
+    the error, e.g. "rl.policy_loss='ppo_clip'".
+  Raises: ValueError when fn has a required hyperparameter that `rl_cfg` lacks."""
+  kwargs = {}
+  for param in inspect.signature(fn).parameters.values():
+    if param.kind is not inspect.Parameter.KEYWORD_ONLY:
+      continue
+    if param.name in rl_cfg:
+      kwargs[param.name] = rl_cfg[param.name]
+    elif param.default is inspect.Parameter.empty:
+      raise ValueError(f"{selected} needs hyperparameter rl.{param.name}, "
+                       "which the config does not set")
+  return kwargs

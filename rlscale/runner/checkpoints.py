@@ -166,15 +166,19 @@ class Checkpointer:
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                              enable_async_checkpointing=False,
                                              cleanup_tmp_directories=True),
-        item_names=("state", "meta"))
+        # "rollouts": the in-flight batches of asynchronous rollouts (`inflight`), only in
+        # checkpoints that have them.
+        item_names=("state", "meta", "rollouts"))
 
   def latest_step(self) -> int | None:
     """Step of the newest complete checkpoint, or None."""
     return self._manager.latest_step()
 
-  def save(self, step: int, state: Any, meta: dict) -> None:
+  def save(self, step: int, state: Any, meta: dict, rollouts: dict | None = None) -> None:
     """Writes `state` and `meta` (JSON-able) for `step`. state: a host or single-device pytree
-    (written as numpy), or a mesh's global arrays (written sharded, see `savable`).
+    (written as numpy), or a mesh's global arrays (written sharded, see `savable`). rollouts:
+    a tree of host arrays (asynchronous rollouts' in-flight batches, `inflight.to_checkpoint`)
+    written as the "rollouts" item in the same atomic step, or None for none.
 
     Raises: OSError(errno, strerror, file) when the storage refuses the write (`storage_error`:
     ENOSPC, EFBIG, EDQUOT, EIO, EACCES...); `latest_step()` is then still the previous step.
@@ -182,9 +186,10 @@ class Checkpointer:
     (writes of the failed save may still be finishing when this returns)."""
     try:
       with _one_report_of_failures():
-        self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(savable(state)), meta=ocp.args.JsonSave(meta)),
-                           force=True)
+        items = {"state": ocp.args.StandardSave(savable(state)), "meta": ocp.args.JsonSave(meta)}
+        if rollouts is not None:
+          items["rollouts"] = ocp.args.StandardSave(rollouts)
+        self._manager.save(step, args=ocp.args.Composite(**items), force=True)
         self._manager.wait_until_finished()
     except Exception as exc:  # pylint: disable=broad-exception-caught
       error = storage_error(exc, self.directory)
@@ -207,6 +212,15 @@ class Checkpointer:
     state = jax.tree.map(lambda x: x if isinstance(x, jax.Array) else np.asarray(x),
                          restored["state"])
     return state, dict(restored["meta"])
+
+  def restore_rollouts(self, step: int) -> dict | None:
+    """The "rollouts" item of checkpoint `step` as host numpy arrays (the tree `save` wrote), or
+    None when that checkpoint has none (synchronous runs, or no batch in flight)."""
+    if not os.path.isdir(os.path.join(self.directory, str(step), "rollouts")):
+      return None
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        rollouts=ocp.args.StandardRestore()))
+    return jax.tree.map(np.asarray, restored["rollouts"])
 
   def close(self) -> None:
     self._manager.close()

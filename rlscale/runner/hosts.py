@@ -103,8 +103,13 @@ def check_rl_config(rl_cfg, hosts: Hosts) -> None:
   """Raises ValueError when the resolved `rl` config cannot be shared by `hosts.count` processes:
   rl.prompts_per_step not divisible by it (see `prompt_share`), or DAPO dynamic sampling
   (rl.dynamic_sampling), whose extra sampling rounds depend on each process's verdicts and are not
-  synchronised across processes."""
+  synchronised across processes, or asynchronous rollouts (rl.max_off_policy_steps >= 1)."""
   prompt_share(rl_cfg.prompts_per_step, hosts)
+  if hosts.count > 1 and rl_cfg.get("max_off_policy_steps"):
+    raise ValueError(f"rl.max_off_policy_steps={rl_cfg.max_off_policy_steps} (asynchronous "
+                     f"rollouts) is not supported with {hosts.count} processes yet: the rollout "
+                     "thread's collectives are not ordered alike on every process; set "
+                     "rl.max_off_policy_steps=0 or run one process")
   if hosts.count > 1 and rl_cfg.dynamic_sampling:
     raise ValueError(f"rl.dynamic_sampling=True (DAPO) is not supported with {hosts.count} "
                      "processes: its sampling rounds depend on each process's verdicts; set "

@@ -15,6 +15,12 @@ the previous record, `wall/*` cumulative, parts summing to `wall/total`). Every
 time are saved; running the same command again resumes from there and reproduces the metrics of an
 uninterrupted run, because every step's randomness is `fold_in(seed key, step)`.
 
+Asynchronous rollouts (rl.max_off_policy_steps = k >= 1, `rlscale.runner.async_rollouts`): batch n
+is drawn by the policy after max(0, n - k) updates, in a rollout thread (or between the update's
+dispatch and its metrics) while the trainer updates; checkpoints also hold the k batches in
+flight (`inflight`), so a resumed run equals an uninterrupted one at the same k. k = 0 runs each
+step with `rl_step`, unchanged.
+
 Evaluation schedule: every `train.eval_every` steps, or, when `train.eval_every_samples` = E is set,
 at every step where the responses consumed cross a multiple of E (the first step whose count is
 >= k * E; with a fixed budget and B dividing E, every batch size evaluates at the same counts, and
@@ -42,7 +48,7 @@ import tqdm
 
 from rlscale import outputs
 from rlscale.cli import TrainingDiverged
-from rlscale.runner import builders
+from rlscale.runner import async_rollouts, builders, inflight
 from rlscale.runner import validate
 from rlscale.runner import hosts as hosts_lib
 from rlscale.runner import preflight
@@ -171,8 +177,11 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
   step = 0
   counters = {"samples": 0, "prompts": 0}  # responses generated, prompts drawn from the stream
   latest = checkpointer.latest_step()
+  in_flight = []  # asynchronous rollouts' batches drawn before the checkpoint (`inflight`)
   if latest is not None:
     state, meta = checkpointer.restore(latest, layout.restore_target(state))
+    in_flight = inflight.restore(checkpointer.restore_rollouts(latest),
+                                 meta.get(inflight.META_KEY, []))
     step, counters = int(meta["step"]), dict(meta["counters"])
     clock.resume(meta["phase_seconds"], meta["wall_seconds"])
     run.log(f"resumed from checkpoint at step {step} ({counters['prompts']} prompts consumed)")
@@ -223,12 +232,19 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
   shapes = _ShapeLog(evaluated=latest is None)  # the warm start's evaluation compiled it
   stopping = False
   running = step + 1  # the step the loop is on (1-based); None once every step is done
-  with StopFlag(lambda: running) as stop:
+  # With rl.max_off_policy_steps = k >= 1 the next batches are drawn ahead while the trainer
+  # updates (`async_rollouts`); at k = 0 `ahead` is None and each step is `rl_step`.
+  with StopFlag(lambda: running) as stop, async_rollouts.ahead_of_training(
+      run, async_rollouts.overlap_mode(config), first=step, end=total_steps, state=state,
+      base_key=base_key, counters=counters, restored=in_flight, clock=clock) as ahead:
     while step < total_steps and not stopping:
       running = step + 1
       step_key = jax.random.fold_in(base_key, step)
       samples_before = counters["samples"]
-      record, state = rl_step(run, state, step_key, counters, clock)
+      if ahead is None:
+        record, state = rl_step(run, state, step_key, counters, clock)
+      else:
+        record, state = async_rollouts.async_step(ahead, state, step, counters, clock)
       record["optim/clipped"] = clip_fired(record["train/grad_norm"], clip_threshold)
       if record.get("sampling/out_of_rounds") and not warned_out_of_rounds and hosts.writer:
         warned_out_of_rounds = True
@@ -274,9 +290,12 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
                 f"update (loss {record['train/loss']:.6g}, grad norm "
                 f"{record['train/grad_norm']:.6g}); "
                 + stopped_note(last, where)))
-          checkpointer.save(step, saved, {
-              "step": step, "counters": counters,
-              "wall_seconds": clock.wall_seconds(), "phase_seconds": clock.totals})
+          meta = {"step": step, "counters": counters,
+                  "wall_seconds": clock.wall_seconds(), "phase_seconds": clock.totals}
+          arrays = None
+          if ahead is not None:  # the batches drawn for the next steps, waited for
+            arrays, meta[inflight.META_KEY] = inflight.to_checkpoint(ahead.in_flight(step))
+          checkpointer.save(step, saved, meta, rollouts=arrays)
     running = None
     bar.close()
     logger.close()

@@ -290,6 +290,9 @@ def estimate_memory(config, checked: validate.CheckedConfig, model: ModelConfig,
   rollout.max_new_tokens) tokens, since `builders.warm_start` pads every SFT prompt to the largest
   bucket, rollout.max_prompt_tokens; logits of the rollout.max_new_tokens response positions of
   each row, which the loss scores), this pool's share on a mesh.
+  With asynchronous rollouts (rl.max_off_policy_steps = k >= 1) the update phase also holds the
+  rollout's KV cache, logits and host arrays (drawn meanwhile, k batches in flight) and up to
+  k + 1 float32 parameter snapshots for the sampler (`async_rollouts`).
   On a CPU backend the host arrays (`memory.host_rollout_bytes`) share the RAM and are added;
   beside an accelerator (d = 0) they form the host pool's only phases.
   Not counted: XLA's temporaries, attention scores and MLP intermediates.
@@ -366,6 +369,18 @@ def estimate_memory(config, checked: validate.CheckedConfig, model: ModelConfig,
           f"samples of rollout.max_new_tokens={tr} tokens",
           tuple(state + sampler_terms(e_rows, "the evaluation") + eval_host),
           "task.eval_size, eval.pass_k or rollout.max_new_tokens" + lower_prompt))
+    # Asynchronous rollouts (rl.max_off_policy_steps = k >= 1): the sampler draws beside the
+    # update, from snapshots of up to k + 1 parameter versions (the thread's, and those
+    # published while it lags), with up to k batches in flight on the host.
+    k = rl.get("max_off_policy_steps") or 0
+    beside_update = []
+    if k:
+      beside_update = ([(f"parameter snapshots for the sampler: up to {k + 1} versions x "
+                         f"{params:,} x 4 bytes{where}",
+                         copies((k + 1) * params * memory.FLOAT32_BYTES))]
+                       + sampler_terms(rows, "the rollout drawn during the update")
+                       + ([(f"host arrays of {k} in-flight rollout batches",
+                             k * memory.host_rollout_bytes(host_rows, tp, tr))] if on_cpu else []))
     device_rows = max(rows // (checked.batch_parallelism * rl.minibatches), 1)
     mb_rows = update_microbatch_rows(rl, device_rows, tp + 1, platform,
                                      bool(config.train.get("measure_noise_scale", False)))
@@ -376,7 +391,7 @@ def estimate_memory(config, checked: validate.CheckedConfig, model: ModelConfig,
                                 f"{model.num_layers} layers x {model.hidden_size} x {dtype} + "
                                 f"logits {mb_rows:,} x {model.vocab_size:,} x 4 bytes",
                                 memory.activation_bytes(model, tokens, mb_rows) * d)]
-              + rollout_host),
+              + rollout_host + beside_update),
         "rl.prompts_per_step x rl.group_size" + lower_prompt + ", or raise rl.microbatches or "
         "rl.minibatches; a smaller model or mesh.fsdp for the parameters"))
   else:

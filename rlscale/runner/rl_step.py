@@ -46,8 +46,22 @@ def train_phase(run, state, generated: Generated, update_key):
   update_key (PRNG key of the update).
   Returns: (record: mask stats, train/* metrics as Python floats, tokens/trained; new state).
   """
+  return finish_update(*start_update(run, state, generated, update_key))
+
+
+def start_update(run, state, generated: Generated, update_key):
+  """The first half of `train_phase`: the update batch and the update step, dispatched (JAX
+  returns before XLA has run it, so the caller can do other work meanwhile, as the
+  asynchronous rollouts' "dispatch" overlap does). Returns (record, new state, metrics on the
+  device), `finish_update`'s arguments."""
   batch, record = make_update_batch(run, state, generated)
   state, metrics = run.trainer.update(state, batch.arrays(), update_key)
+  return record, state, metrics
+
+
+def finish_update(record: dict, state, metrics):
+  """The second half of `train_phase`: waits for the update's metrics and returns (record with
+  train/* metrics as Python floats, state)."""
   metrics = {f"train/{k}": float(v) for k, v in jax.device_get(metrics).items()}
   return {**record, **metrics}, state
 

@@ -43,13 +43,16 @@ WARM_START_FILE = "warm_start_seconds.json"  # written once by the first segment
 RESUMABLE_FIELDS = ("train.total_steps", "train.total_samples", "train.eval_every",
                     "train.eval_every_samples", "train.checkpoint_every",
                     "train.keep_checkpoints", "sft.cache_dir", "distributed", "mesh.data",
-                    "mesh.fsdp", "mesh.tensor", "mesh.expert")
+                    "mesh.fsdp", "mesh.tensor", "mesh.expert", "rollout.async_overlap")
 # Fields added after runs were checkpointed, with the value their absence meant: a config.json
 # written before a field existed resumes while the field keeps that value.
 ADDED_FIELD_DEFAULTS = {"optim.schedule_unit": "steps", "optim.warmup_samples": 0,
                         "train.measure_noise_scale": False, "mesh.data": -1, "mesh.fsdp": 1,
                         "mesh.tensor": 1, "model.attention_impl": "auto",
-                        "model.remat_impl": "auto", "model.moe_routing_replay": False}
+                        "model.remat_impl": "auto", "model.moe_routing_replay": False,
+                        "rl.max_off_policy_steps": 0, "rl.off_policy_correction": None,
+                        "rl.tis_cap": 2.0, "rl.decoupled_weight_cap": None,
+                        "rollout.async_overlap": "thread"}
 # DAPO dynamic sampling: at most this many rounds of P prompts per step (verl's max_num_gen_batches).
 
 

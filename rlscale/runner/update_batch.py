@@ -15,7 +15,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from rlscale.rl import masks
+from rlscale.rl import masks, off_policy
 from rlscale.rl.kl import kl_divergence
 from rlscale.runner import hosts as hosts_lib
 from rlscale.runner.batching import train_widths, trim_rollout
@@ -35,7 +35,8 @@ class UpdateBatch:
     input_mask: [B, T] int32, 1 for real prompt and response tokens.
     response_mask: [B, Tr] int32 loss mask: the rollout's response mask with truncated rows
       (rl.mask_truncated) and DAPO filler groups set to 0.
-    old_logp: [B, Tr] float32 behaviour log-probs (the sampler's, or recomputed).
+    old_logp: [B, Tr] float32 behaviour log-probs (the sampler's, or recomputed: then the
+      proximal policy's, the parameters this update starts from).
     advantages: [B] or [B, Tr] float32.
     returns: [B, Tr] float32 value targets (PPO's GAE), else None.
     ref_logp: [B, Tr] float32 reference log-probs when the loss has a KL term, else None.
@@ -43,6 +44,9 @@ class UpdateBatch:
     sampler_experts: [B, Tr, L_moe, k] int32, the sampler's routing (`Rollout.experts`) for a
       model with experts (the update logs moe/routing_mismatch against it), else None.
     routing: the same array when the run replays it (model.moe_routing_replay), else None.
+    behaviour_logp: [B, Tr] float32, the sampler's log-probs beside the recomputed old_logp, when
+      an off-policy correction weighs the loss by pi_old / pi_behav (rl.off_policy_correction,
+      `rl.off_policy`), else None.
   """
   tokens: Any
   input_mask: Any
@@ -54,6 +58,7 @@ class UpdateBatch:
   old_values: Optional[Any] = None
   sampler_experts: Optional[Any] = None
   routing: Optional[Any] = None
+  behaviour_logp: Optional[Any] = None
 
   def arrays(self) -> dict[str, Any]:
     """The batch as the update step's dict: every field that is not None, by name."""
@@ -92,12 +97,17 @@ def behaviour_logp(run, state, placed: dict) -> dict[str, float]:
 
   Args: run (`roles.Run`: rl_config, trainer.logp), state (its params feed the recompute), placed
     (the update batch on the mesh: tokens, input_mask, response_mask, old_logp = the sampler's).
+  With an off-policy correction (`off_policy.uses_behaviour_logp`, which needs "recompute") the
+  sampler's log-probs stay in the batch as placed["behaviour_logp"].
   Returns: {} for "sampler"; for "recompute" {"train/sampler_trainer_k3": `mismatch_k3` of the
-  trainer's log-probs against the sampler's} (with "sampler" the update step logs the same)."""
+  trainer's log-probs against the sampler's} (with "sampler" the update step logs the same;
+  with asynchronous rollouts it also holds the drift of the k updates since sampling)."""
   if run.rl_config.old_logp != "recompute":
     return {}
   sampler_logp = placed["old_logp"]
   placed["old_logp"] = run.trainer.logp(state.params, placed)
+  if off_policy.uses_behaviour_logp(run.rl_config):
+    placed["behaviour_logp"] = sampler_logp
   return {"train/sampler_trainer_k3": float(
       mismatch_k3(placed["old_logp"], sampler_logp, placed["response_mask"]))}
 

@@ -19,6 +19,7 @@ from typing import Any
 from rlscale.parallel import mesh as mesh_lib
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.runner import hosts as hosts_lib
+from rlscale.runner.async_rollouts import OVERLAP_MODES
 from rlscale.runner.evaluate import eval_sampling
 from rlscale.sampler.strategies import SamplingConfig
 from rlscale.train import update as update_lib
@@ -85,7 +86,8 @@ def check_model_source(config) -> None:
 
 def rollout_sampling(config, rl) -> SamplingConfig:
   """The training SamplingConfig from config.rollout; raises ValueError naming the rollout.* field
-  (or the double overlong shaping: task.overlong_max_len together with rl.overlong_buffer_frac)."""
+  (a bad async_overlap too, `async_rollouts.OVERLAP_MODES`; or the double overlong shaping:
+  task.overlong_max_len together with rl.overlong_buffer_frac)."""
   rollout = config.rollout
   for name in ("max_new_tokens", "host_threads"):
     value = rollout[name]
@@ -95,6 +97,9 @@ def rollout_sampling(config, rl) -> SamplingConfig:
     raise ValueError("overlong shaping is on twice: task.overlong_max_len and "
                      "rl.overlong_buffer_frac; set task.overlong_max_len=None or "
                      "rl.overlong_buffer_frac=0")
+  overlap = rollout.get("async_overlap", "thread")
+  if overlap not in OVERLAP_MODES:
+    raise ValueError(f"rollout.async_overlap={overlap!r} is not one of {list(OVERLAP_MODES)}")
   try:
     min_p = rollout.get("min_p")  # None = off
     return SamplingConfig(temperature=rollout.temperature, top_k=rollout.top_k, top_p=rollout.top_p,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from rlscale.model import moe
 from rlscale.model.config import ModelConfig
 from rlscale.model.transformer import forward, replay_window
-from rlscale.rl import aggregation
+from rlscale.rl import aggregation, off_policy
 from rlscale.rl.kl import kl_divergence
 from rlscale.rl.logprob import response_positions, response_states_logp
 from rlscale.rl.losses import clipped_value_loss, importance_ratio
@@ -43,7 +43,9 @@ def microbatch_loss(trainables, mb, counts, *, model_config: ModelConfig, rl,
     mb: the microbatch, a dict of arrays with b rows (Tp + Tr = T, responses in the last Tr
       columns): tokens [b, T] int32; input_mask [b, T] int32 (1 for real prompt and response
       tokens); response_mask [b, Tr] int32; old_logp [b, Tr] float32 (behaviour policy at
-      rl.temperature); advantages [b] or [b, Tr] float32; ref_logp [b, Tr] float32 when
+      rl.temperature); behaviour_logp [b, Tr] float32 with an off-policy correction (then
+      old_logp is the proximal policy's, `rl.off_policy.corrected` weighs the policy loss);
+      advantages [b] or [b, Tr] float32; ref_logp [b, Tr] float32 when
       rl.kl_coef > 0; old_values, returns [b, Tr] float32 with a critic; optionally
       sampler_experts [b, Tr, L_moe, k] int32 (logged as moe/routing_mismatch) and routing
       (the same, replayed: `replayed`).
@@ -99,6 +101,9 @@ def microbatch_loss(trainables, mb, counts, *, model_config: ModelConfig, rl,
   if advantages.ndim == 1:
     advantages = jnp.broadcast_to(advantages[:, None], mask.shape)
   pg_loss, aux = policy_loss(logp, mb["old_logp"], advantages, mask)
+  if "behaviour_logp" in mb:  # stale rollouts: weighted by rl.off_policy_correction
+    pg_loss, aux = off_policy.corrected(pg_loss, aux, mb["old_logp"], mb["behaviour_logp"], mask,
+                                        rl)
   if not rl.entropy_coef:
     entropy = jax.lax.stop_gradient(entropy)
   terms = {"pg_loss": pg_loss, "entropy_loss": -entropy}

@@ -20,7 +20,9 @@ Batch (numpy or jax arrays, global; Tp + Tr = T, responses in the last Tr column
   response_mask [B, Tr] int32; old_logp [B, Tr] float32 (behaviour policy, at rl.temperature);
   ref_logp [B, Tr] float32 (needed when kl_coef > 0: a loss term, or logged when the KL is in
     the reward);
-  advantages [B] or [B, Tr] float32; for PPO old_values and returns [B, Tr] float32.
+  advantages [B] or [B, Tr] float32; for PPO old_values and returns [B, Tr] float32;
+  behaviour_logp [B, Tr] float32 (the sampler's) with an off-policy correction
+    (rl.off_policy_correction, `rl.off_policy`; old_logp is then the recomputed proximal policy's).
 Optional, for a model with experts: sampler_experts [B, Tr, L_moe, k] int32 (the sampler's
   routing, `Rollout.experts`: logged against the trainer's as moe/routing_mismatch) and routing
   [B, Tr, L_moe, k] int32 (the same, replayed by the trainer: `transformer.replay_window`).
@@ -37,7 +39,7 @@ import optax
 
 from rlscale.model import moe
 from rlscale.model.config import ModelConfig
-from rlscale.rl import aggregation
+from rlscale.rl import aggregation, off_policy
 from rlscale.rl.advantages import ADVANTAGE_ESTIMATORS
 from rlscale.rl.losses import bind_policy_loss
 from rlscale.train.objective import microbatch_loss
@@ -162,6 +164,8 @@ def check_batch(batch, rl_cfg) -> None:
   required = list(REQUIRED_KEYS) + (list(CRITIC_KEYS) if uses_critic(rl) else [])
   if uses_ref_logp(rl):
     required.append("ref_logp")
+  if off_policy.uses_behaviour_logp(rl):
+    required.append("behaviour_logp")
   missing = [k for k in required if k not in batch]
   if missing:
     raise ValueError(f"update batch lacks {missing} (has {sorted(batch)})")
@@ -173,7 +177,8 @@ def check_batch(batch, rl_cfg) -> None:
   b, t = shape("tokens")
   tr = shape("response_mask")[1]
   expect = {"tokens": (b, t), "input_mask": (b, t), "response_mask": (b, tr), "old_logp": (b, tr),
-            "ref_logp": (b, tr), "old_values": (b, tr), "returns": (b, tr)}
+            "ref_logp": (b, tr), "old_values": (b, tr), "returns": (b, tr),
+            "behaviour_logp": (b, tr)}
   for key, want in expect.items():
     if key in required and shape(key) != want:
       raise ValueError(f"batch[{key!r}] has shape {shape(key)}, expected {want} "

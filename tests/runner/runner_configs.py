@@ -1,6 +1,9 @@
-"""A tiny config for end-to-end runner tests (seconds per run, mostly compilation)."""
+"""A tiny config for end-to-end runner tests (seconds per run, mostly compilation), and what
+those tests share: records compared without timings, a Ctrl-C sent from inside a run."""
 
 import os
+import signal
+import time
 
 from rlscale.runner.config_files import load_config_file
 
@@ -34,8 +37,10 @@ def tiny_config(arg="smoke", **overrides):
 
 
 def comparable(records):
-  """metrics.jsonl records without wall-clock fields (those differ between identical runs)."""
-  return [{k: v for k, v in r.items() if not k.startswith(("wall/", "time/"))} for r in records]
+  """metrics.jsonl records without wall-clock fields (those differ between identical runs):
+  wall/*, time/* and asynchronous rollouts' rollout/*_seconds."""
+  return [{k: v for k, v in r.items() if not k.startswith(("wall/", "time/"))
+           and not (k.startswith("rollout/") and k.endswith("_seconds"))} for r in records]
 
 
 def multihost_config(sft_cache: str, total_steps: int):
@@ -50,3 +55,18 @@ def multihost_config(sft_cache: str, total_steps: int):
                      train__total_steps=total_steps, train__checkpoint_every=1,
                      train__keep_checkpoints=5, sft__cache_dir=sft_cache,
                      optim__learning_rate=1e-3, sft__steps=40)
+
+
+def signal_self_on(monkeypatch, module, name, call_index):
+  """Makes the `call_index`-th call (1-based) of module.name send SIGINT to this process first,
+  and wait until the stop flag's watcher thread has printed its acknowledgement."""
+  original = getattr(module, name)
+  calls = []
+
+  def wrapped(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == call_index:
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.5)
+    return original(*args, **kwargs)
+  monkeypatch.setattr(module, name, wrapped)

@@ -47,6 +47,14 @@ def test_dynamic_sampling_is_refused_with_several_processes():
     hosts.check_rl_config(rl, hosts.Hosts(0, 3))
 
 
+def test_asynchronous_rollouts_are_refused_with_several_processes():
+  rl = resolve_rl_config(tiny_config(rl__max_off_policy_steps=1).rl)
+  hosts.check_rl_config(rl, hosts.Hosts(0, 1))
+  with pytest.raises(ValueError, match=r"rl.max_off_policy_steps=1 \(asynchronous rollouts\) is "
+                                       r"not supported with 2 processes yet"):
+    hosts.check_rl_config(rl, hosts.Hosts(0, 2))
+
+
 def test_prompts_pad_to_the_width_all_processes_agree_on():
   tokenizer = load_tokenizer("char")
   tokens, mask = encode_prompts(tokenizer, ["1 + 2 ="], (8, 16, 32))

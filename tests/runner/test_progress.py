@@ -4,10 +4,7 @@ that is running, and a finished run answered before the model is built."""
 
 import io
 import json
-import os
 import shutil
-import signal
-import time
 
 import pytest
 
@@ -16,7 +13,7 @@ from rlscale.runner import evaluate, loop, run_dir
 from rlscale.runner import progress
 from rlscale.runner.interrupts import acknowledgement
 from rlscale.runner.loop import train_and_evaluate
-from tests.runner.runner_configs import tiny_config
+from tests.runner.runner_configs import signal_self_on, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -56,21 +53,6 @@ def test_compile_notice_and_shape_log_name_what_was_new():
       "as time/compile, shaded on curves_vs_wall_time.png and left out of the ETA")
 
 
-def _signal_self_on(monkeypatch, module, name, call_index):
-  """Makes the `call_index`-th call (1-based) of module.name send SIGINT to this process first,
-  and wait until the stop flag's watcher thread has printed its acknowledgement."""
-  original = getattr(module, name)
-  calls = []
-
-  def wrapped(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == call_index:
-      os.kill(os.getpid(), signal.SIGINT)
-      time.sleep(0.5)
-    return original(*args, **kwargs)
-  monkeypatch.setattr(module, name, wrapped)
-
-
 @pytest.mark.parametrize("where, acknowledged", [
     # Evaluations run at steps 0, 2 and 4 (train.eval_every = 2): the third is the last step's.
     ((evaluate.Evaluator, "__call__", 3), acknowledgement(4)),  # was "finishing step 5"
@@ -78,7 +60,7 @@ def _signal_self_on(monkeypatch, module, name, call_index):
 ])
 def test_a_signal_names_the_step_running_and_a_finished_run_completes(
     tmp_path, sft_cache, monkeypatch, capfd, where, acknowledged):
-  _signal_self_on(monkeypatch, *where)
+  signal_self_on(monkeypatch, *where)
   summary = train_and_evaluate(tiny_config(sft__cache_dir=sft_cache), str(tmp_path))
   assert summary["steps"] == 4 and "interrupted" not in summary  # the run had no step left
   err = capfd.readouterr().err

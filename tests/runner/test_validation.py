@@ -36,6 +36,10 @@ def _build(tmp_path, **overrides):
     ({"rollout__max_new_tokens": 0}, "rollout.max_new_tokens"),
     ({"rollout__top_p": 1.5}, "rollout.top_p"),
     ({"rollout__host_threads": 0}, "rollout.host_threads"),
+    ({"rollout__async_overlap": "process"},
+     "rollout.async_overlap='process' is not one of"),
+    ({"rl__max_off_policy_steps": -1}, "rl.max_off_policy_steps must be an int >= 0"),
+    ({"rl__off_policy_correction": "vtrace"}, "rl.off_policy_correction='vtrace' is not registered"),
     # True passed the int check (bool is an int) and was named only by the Sampler.
     ({"rollout__host_threads": True}, "rollout.host_threads"),
     ({"rollout__max_new_tokens": True}, "rollout.max_new_tokens"),
