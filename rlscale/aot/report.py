@@ -169,7 +169,8 @@ def format_table(results: Sequence[StepResult], run: RunSteps, topology: Topolog
 def json_rows(results: Sequence[StepResult], run: RunSteps, topology: Topology,
               model_name: str, *, full_layers: int) -> list[dict]:
   """One dict per step: model, topology, chips, devices, mesh, step, peak_bytes (program +
-  resident), hbm_bytes, fits, layers (compiled), full_layers (the model's), flops,
+  resident), hbm_bytes, fits, layers (compiled), full_layers (the model's), attention_impl
+  (the kernel the target runs for training and prefill), flops,
   bytes_accessed, seconds (None where the cost model's are not valid), compile_seconds, the
   memory parts, rows, tokens, detail and the compiler's message when it refused."""
   return [{
@@ -183,6 +184,7 @@ def json_rows(results: Sequence[StepResult], run: RunSteps, topology: Topology,
       "code_bytes": r.code_bytes, "hbm_bytes": r.hbm_bytes, "fits": r.fits,
       "compiled": r.compiled, "layers": run.model_config.num_layers, "full_layers": full_layers,
       "dtype": run.model_config.dtype, "remat": run.model_config.remat,
+      "attention_impl": run.model_config.attention_impl,
       "flops": r.flops, "bytes_accessed": r.bytes_accessed, "seconds": r.seconds,
       "seconds_note": r.seconds_note or None, "compile_seconds": round(r.compile_seconds, 2),
       "message": r.message,

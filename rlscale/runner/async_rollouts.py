@@ -43,6 +43,12 @@ saves the in-flight batches t .. t + k - 1; a batch being drawn from version t i
 (the thread is joined: no thread outlives the run) and discarded, and the resumed run draws it
 again, identically. A second Ctrl-C stops at once, as always.
 
+Teardown order: the loop closes the rollout side (`close`) as soon as its last step is done,
+before it closes the checkpointer and the metrics log or exports the policy, and the thread
+decides to start a batch under the lock `close` takes, so once `close` has run no batch is
+started: no work of the rollout side (sampler, reward) meets an executor the teardown or the
+interpreter's exit has shut down ("cannot schedule new futures after shutdown").
+
 Faults: an exception on the rollout side (sampler, task, reward) is re-raised in the main thread
 when the trainer asks for that batch or a checkpoint needs it, so the run stops with that error
 (the steps before it are logged); the rollout thread ends with it. An exception in the main
@@ -168,6 +174,9 @@ class _Ahead:
     self._params: dict[int, Any] = {}
     self._error: Optional[BaseException] = None
     self._cond = threading.Condition()
+    # Set (under _cond) by `close`: from then on no batch is started, so nothing of the rollout
+    # side (the sampler, its host thread pool, the reward) is called once the run tears down.
+    self._closed = False
     if self._next < end:
       self._params[generation_version(self._next, k, self.floor)] = snapshot(params)
 
@@ -188,17 +197,20 @@ class _Ahead:
         self._params[version] = copy
         self._cond.notify_all()
 
-  def _draw_next(self) -> bool:
-    """Draws the next batch if its version is published; False when it is not (or none is
-    left). Called by one thread only (the rollout thread, or the main thread inline)."""
+  def _claim(self) -> Optional[tuple[int, int, Any]]:
+    """(batch, version, params) of the next batch to draw, or None when the side is closed, no
+    batch is left or its version is not published. Called with _cond held: the decision to
+    start a batch and `close` are ordered by the lock, so a closed side never starts one."""
     n = self._next
-    if n >= self.end:
-      return False
+    if self._closed or n >= self.end:
+      return None
     version = generation_version(n, self.k, self.floor)
-    with self._cond:
-      params = self._params.get(version)
-    if params is None:
-      return False
+    params = self._params.get(version)
+    return None if params is None else (n, version, params)
+
+  def _draw_batch(self, n: int, version: int, params) -> None:
+    """Draws and records batch n (claimed by `_claim`). Called by one thread only (the rollout
+    thread, or the main thread inline)."""
     produced = produce(self.run, params, n, version, self._counters, self.base_key, self._clock)
     with self._cond:
       self._counters = produced.counters
@@ -208,6 +220,15 @@ class _Ahead:
       for old in [v for v in self._params if v < generation_version(n + 1, self.k, self.floor)]:
         del self._params[old]
       self._cond.notify_all()
+
+  def _draw_next(self) -> bool:
+    """Draws the next batch if its version is published; False when it is not (or none is
+    left, or the side is closed)."""
+    with self._cond:
+      claimed = self._claim()
+    if claimed is None:
+      return False
+    self._draw_batch(*claimed)
     return True
 
   def _wait_for(self, batches: range) -> None:
@@ -235,8 +256,12 @@ class _Ahead:
   def overlap(self) -> None:
     """Work to do while an update runs (`InlineRollouts`); nothing by default."""
 
-  def close(self, failed: bool = False) -> None:
-    """Stops the rollout side (`failed`: the main thread is raising)."""
+  def close(self, failed: bool = False) -> None:  # pylint: disable=unused-argument
+    """Stops the rollout side (`failed`: the main thread is raising): no batch is started after
+    it. Idempotent (the loop closes it before its teardown, `ahead_of_training` again)."""
+    with self._cond:
+      self._closed = True
+      self._cond.notify_all()
 
 
 class ThreadRollouts(_Ahead):
@@ -247,7 +272,6 @@ class ThreadRollouts(_Ahead):
   def __init__(self, run, **kwargs):
     kwargs["clock"] = RunClock()
     super().__init__(run, **kwargs)
-    self._stopping = False
     self._thread = threading.Thread(target=self._work, daemon=True, name="rlscale-rollouts")
     self._thread.start()
 
@@ -255,12 +279,14 @@ class ThreadRollouts(_Ahead):
     try:
       while True:
         with self._cond:
-          while not self._stopping and self._next < self.end and (
-              generation_version(self._next, self.k, self.floor) not in self._params):
+          # Waits for the next batch's version; the batch is claimed under the same hold of the
+          # lock that saw the side open, so once `close` has run no batch is started.
+          while (claimed := self._claim()) is None and not self._closed and (
+              self._next < self.end):
             self._cond.wait()
-          if self._stopping or self._next >= self.end:
+          if claimed is None:
             return
-        self._draw_next()
+        self._draw_batch(*claimed)
     except BaseException as error:  # pylint: disable=broad-exception-caught
       with self._cond:
         self._error = error
@@ -268,11 +294,12 @@ class ThreadRollouts(_Ahead):
 
   def close(self, failed: bool = False) -> None:
     """Asks the thread to stop and joins it: after its batch in progress (discarded) when the
-    run ends normally, at most _ABANDON_AFTER_S seconds when `failed`."""
+    run ends normally, at most _ABANDON_AFTER_S seconds when `failed` (once: a second close,
+    `ahead_of_training`'s after the loop's, does not wait for an abandoned thread again)."""
     with self._cond:
-      self._stopping = True
-      self._cond.notify_all()
-    self._thread.join(_ABANDON_AFTER_S if failed else None)
+      again = self._closed
+    super().close(failed)
+    self._thread.join((0 if again else _ABANDON_AFTER_S) if failed else None)
 
 
 class InlineRollouts(_Ahead):
@@ -284,7 +311,7 @@ class InlineRollouts(_Ahead):
   def _draw(self, until: Optional[int] = None) -> None:
     """Draws the published batches in order (up to batch `until` when given), keeping the first
     exception (KeyboardInterrupt and other BaseExceptions propagate at once)."""
-    try:
+    try:  # (a closed side draws nothing: `_draw_next` is then False)
       while self._error is None and (until is None or until not in self._done) and (
           self._draw_next()):
         pass
@@ -346,7 +373,8 @@ def ahead_of_training(run, overlap: str, *, first: int, end: int, state, base_ke
                       ) -> Iterator[Optional[_Ahead]]:
   """The rollout side of a run at k = run.rl_config.max_off_policy_steps, for the loop's step
   (`async_step`) and checkpoints (`in_flight`); None at k = 0 (the synchronous loop). Stopped
-  on exit (`close`).
+  on exit (`close`; the loop closes it earlier, before its own teardown: closing twice is
+  fine).
 
   Args: run (`roles.Run`), overlap (rollout.async_overlap: "thread" or "dispatch"), first (the
     step the run is at), end (total steps), state (version `first`), base_key (the seed key),

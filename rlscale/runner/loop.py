@@ -267,7 +267,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
       logger.write(record)  # a diverged step's too, so the user sees its values
       if diverged:
         raise _diverged(bar, logger, checkpointer, lambda last, where: divergence_message(
-            step, record, diverged, last, where))
+            step, record, diverged, last, where), ahead=ahead)
       new_shapes = shapes.new(record)
       if (step > first_step + 1 and record["time/compile"] >= progress.COMPILE_NOTICE_SECONDS
           and hosts.writer):
@@ -289,7 +289,7 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
                 f"step {step}: the parameters or optimizer state are not finite after the "
                 f"update (loss {record['train/loss']:.6g}, grad norm "
                 f"{record['train/grad_norm']:.6g}); "
-                + stopped_note(last, where)))
+                + stopped_note(last, where)), ahead=ahead)
           meta = {"step": step, "counters": counters,
                   "wall_seconds": clock.wall_seconds(), "phase_seconds": clock.totals}
           arrays = None
@@ -297,6 +297,11 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
             arrays, meta[inflight.META_KEY] = inflight.to_checkpoint(ahead.in_flight(step))
           checkpointer.save(step, saved, meta, rollouts=arrays)
     running = None
+    if ahead is not None:
+      # The rollout side first: its thread stopped and joined (a batch it is drawing finishes
+      # and is discarded) before the run closes or exports anything, so no work of it runs
+      # into what the teardown shuts down (the checkpointer's executors, the process's exit).
+      ahead.close()
     bar.close()
     logger.close()
     checkpointer.close()
@@ -313,10 +318,13 @@ def _train_and_evaluate(config, workdir: str, stop_after_steps: int | None,
                   counters, clock, final_eval=last_eval)
 
 
-def _diverged(bar, logger, checkpointer, message) -> TrainingDiverged:
-  """The TrainingDiverged to raise when training stops on non-finite values: the progress bar,
-  metrics log and checkpointer closed first (the error line then stands alone, the log is
-  flushed), `message(last good checkpoint step or None, checkpoint folder)` its text."""
+def _diverged(bar, logger, checkpointer, message, *, ahead=None) -> TrainingDiverged:
+  """The TrainingDiverged to raise when training stops on non-finite values: the rollout side
+  (`ahead`, asynchronous rollouts; None at k = 0) stopped, then the progress bar, metrics log
+  and checkpointer closed (the error line then stands alone, the log is flushed),
+  `message(last good checkpoint step or None, checkpoint folder)` its text."""
+  if ahead is not None:
+    ahead.close(failed=True)
   bar.close()
   logger.close()
   last_good = checkpointer.latest_step()

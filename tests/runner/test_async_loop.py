@@ -6,15 +6,17 @@ The config is the multi-process tests' (`multihost_config`, one process here): R
 with the KL in the reward, so every step has a gradient and the policy moves enough for stale
 batches to differ from fresh ones; 3 steps, a checkpoint after each."""
 
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from rlscale.runner import async_rollouts, rollouts
+from rlscale.runner import async_rollouts, checkpoints, rollouts
 from rlscale.runner.loop import train_and_evaluate
 from rlscale.runner.metrics_log import read_metrics
 from tests.runner.runner_configs import comparable, multihost_config, signal_self_on
@@ -117,6 +119,65 @@ def test_ctrl_c_saves_the_in_flight_batch_and_resume_equals_uninterrupted(
   summary = train_and_evaluate(config, str(tmp_path))
   assert summary["steps"] == STEPS
   assert comparable(_records(str(tmp_path))) == comparable(_records(finished(1)))
+
+
+def test_the_rollout_thread_is_stopped_before_the_run_tears_down(finished, tmp_path,
+                                                                 monkeypatch):
+  """A run stopping at a checkpoint (stop_after_steps; Ctrl-C takes the same path) while the
+  rollout thread draws the next batch: the thread is stopped and joined before the run closes
+  anything (checkpointer, metrics log, export), so no work of it reaches an executor the
+  teardown has shut down. The interleaving is forced: batch 2 (version 1, drawn while the run
+  checkpoints step 1 and stops) starts before the checkpoint is written and blocks until the
+  teardown begins (the rollout side closed, or the checkpointer closed), then submits work to a
+  pool that the checkpointer's close shuts down (as orbax's close shuts down its executors).
+  With the teardown first the submit raised "cannot schedule new futures after shutdown"."""
+  pool = concurrent.futures.ThreadPoolExecutor(1)
+  drawing, teardown = threading.Event(), threading.Event()
+  events, errors = [], []
+  real_produce = async_rollouts.produce
+
+  def produce(run, params, batch, *args):
+    if batch == 2:
+      events.append("draw started")
+      drawing.set()
+      teardown.wait(hang_timeout(60))
+      try:
+        pool.submit(lambda: None).result()
+      except RuntimeError as error:
+        errors.append(error)
+      events.append("draw ended")
+    return real_produce(run, params, batch, *args)
+
+  real_close = async_rollouts.ThreadRollouts.close
+
+  def close_rollouts(self, failed=False):
+    events.append("rollouts closed")
+    teardown.set()
+    real_close(self, failed)
+
+  real_save, real_checkpointer_close = checkpoints.Checkpointer.save, checkpoints.Checkpointer.close
+
+  def save(self, step, *args, **kwargs):
+    assert drawing.wait(hang_timeout(60)), "batch 2 was never drawn"  # in flight while we stop
+    real_save(self, step, *args, **kwargs)
+
+  def close_checkpointer(self):
+    threads = [t.name for t in threading.enumerate()]
+    events.append(("checkpointer closed", "rlscale-rollouts" in threads))
+    pool.shutdown()
+    teardown.set()
+    real_checkpointer_close(self)
+
+  monkeypatch.setattr(async_rollouts, "produce", produce)
+  monkeypatch.setattr(async_rollouts.ThreadRollouts, "close", close_rollouts)
+  monkeypatch.setattr(checkpoints.Checkpointer, "save", save)
+  monkeypatch.setattr(checkpoints.Checkpointer, "close", close_checkpointer)
+  summary = train_and_evaluate(_config(finished.sft_cache, 1), str(tmp_path), stop_after_steps=1)
+  assert summary == {"interrupted": True, "steps": 1}
+  assert errors == []
+  # The rollout side was closed (its batch finished, the thread joined) before the checkpointer.
+  assert events[:4] == ["draw started", "rollouts closed", "draw ended",
+                        ("checkpointer closed", False)]
 
 
 def test_a_failing_reward_stops_the_run_with_its_error(finished, tmp_path, monkeypatch):

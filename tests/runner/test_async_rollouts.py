@@ -193,6 +193,41 @@ def test_close_does_not_wait_for_versions_never_published(monkeypatch):
   assert not ahead._thread.is_alive()  # pylint: disable=protected-access
 
 
+def test_a_close_as_the_next_version_is_published_starts_no_batch(monkeypatch):
+  """The thread decides to start a batch under the lock that `close` takes: a close landing in
+  the same instant as the publication of the next batch's version (both under one hold of the
+  lock here, the thread waiting for it) leaves that batch undrawn, so nothing of the rollout
+  side runs once the run has begun tearing down."""
+  side = FakeSide()
+  monkeypatch.setattr(async_rollouts, "produce", side)
+  ahead = _ahead("thread", 1, end=5)
+  ahead.take(0)
+  ahead.take(1)  # batch 2 waits for version 1
+  with ahead._cond:  # pylint: disable=protected-access
+    ahead.publish(1, jnp.array(1))
+    async_rollouts._Ahead.close(ahead)  # pylint: disable=protected-access  # closed, not joined
+  _within(10, ahead.close)
+  assert not ahead._thread.is_alive()  # pylint: disable=protected-access
+  assert side.calls == [(0, 0, 0), (1, 0, 0)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_closed_side_draws_nothing_and_closes_again_at_once(monkeypatch, mode):
+  side = FakeSide()
+  monkeypatch.setattr(async_rollouts, "produce", side)
+  ahead = _ahead(mode, 1, end=5)
+  ahead.take(0)
+  ahead.take(1)
+  ahead.close()
+  ahead.publish(1, jnp.array(1))
+  ahead.overlap()
+  t0 = time.monotonic()
+  ahead.close(failed=True)  # the loop closes it, then `ahead_of_training` again
+  ahead.close()
+  assert time.monotonic() - t0 < 0.5
+  assert [c[0] for c in side.calls] == [0, 1]
+
+
 def _run(k):
   return types.SimpleNamespace(rl_config=ml_collections.ConfigDict({"max_off_policy_steps": k}))
 
