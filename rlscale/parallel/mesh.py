@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 import jax
 import ml_collections
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -86,13 +87,19 @@ def mesh_shape(mesh_cfg: Mapping[str, int], num_devices: int) -> tuple[int, ...]
 def make_mesh(mesh_cfg: Mapping[str, int], devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
   """The `jax.sharding.Mesh` of `mesh_cfg` over `devices` (default: every device of every
   process), axes `mesh_axes(mesh_cfg)`, all `AxisType.Auto` (XLA's partitioner places the collectives; the
-  step is written in the global view).
+  step is written in the global view). On a TPU torus an axis whose size is no product of whole
+  physical axes (e.g. 8 on a 4x4x4 v5p slice) splits a physical axis, as MaxText allows.
 
   Raises: ValueError from `mesh_shape`."""
   devices = list(jax.devices() if devices is None else devices)
   shape = mesh_shape(mesh_cfg, len(devices))
   axes = mesh_axes(mesh_cfg)
-  return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices)
+  types = (AxisType.Auto,) * len(axes)
+  try:
+    return jax.make_mesh(shape, axes, axis_types=types, devices=devices)
+  except NotImplementedError:  # jax's torus assignment refuses to split a physical axis
+    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+    return Mesh(grid, axes, axis_types=types)
 
 
 def batch_parallelism(mesh) -> int:

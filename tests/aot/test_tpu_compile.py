@@ -101,3 +101,12 @@ def test_a_two_layer_qwen3_8b_compiles_and_fits(topology, step):
   compiled = _compile(config, topology, shape="qwen3-8b", layers=2, only=[step])
   assert compiled.fits, compiled.table()
   assert compiled.run.model_config.remat and compiled.rows()[0]["full_layers"] == 36
+
+
+def test_an_axis_of_8_on_a_4x4x4_v5p_slice_splits_a_physical_axis():
+  from rlscale.aot.topology import topology_devices  # pylint: disable=g-import-not-at-top
+  from rlscale.parallel.mesh import make_mesh  # pylint: disable=g-import-not-at-top
+  devices = topology_devices("v5p:4x4x4")
+  mesh = make_mesh({"data": 1, "fsdp": -1, "tensor": 1, "expert": 8}, devices)
+  assert dict(mesh.shape) == {"data": 1, "fsdp": 8, "tensor": 1, "expert": 8}
+  assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
