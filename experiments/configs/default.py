@@ -313,6 +313,14 @@ def get_config(arg=None):
   # the batch allows none); False keeps the fastest split (`update.microbatch_count`).
   config.train.measure_noise_scale = False
   config.train.keep_checkpoints = 2
+  # Sequence packing (verl use_dynamic_bsz, tunix max_seq_token_per_tpu): None trains one padded
+  # row per response; an int packs the prompt + response sequences into rows of this many tokens
+  # (>= rollout.max_prompt_tokens + rollout.max_new_tokens), the update, reference, behaviour
+  # and value passes alike, with the padded batch's loss (`rlscale.train.packed_update`).
+  config.train.max_tokens_per_row = placeholder(int)
+  # With packing: tokens per microbatch (a multiple of rows; >= train.max_tokens_per_row),
+  # replacing rl.microbatches' row count; None: `rlscale.packing.layout`'s rules.
+  config.train.max_tokens_per_microbatch = placeholder(int)
   config.eval = ml_collections.ConfigDict()
   # pass@k from k samples per held-out prompt, drawn with the rollout's sampling config.
   config.eval.pass_k = 4

@@ -18,6 +18,7 @@ import numpy as np
 from rlscale import tokenizers as tokenizers_lib
 from rlscale.model import ModelConfig, init_params
 from rlscale.model.config import MOE_FIELDS
+from rlscale.packing.layout import packed_update_fn
 from rlscale.parallel.data import batch_sharding
 from rlscale.parallel.rules import rules_for_mesh
 from rlscale.rl.advantages import compute_batch_advantages
@@ -234,18 +235,21 @@ def build_trainer(checked: validate.CheckedConfig, model_config: ModelConfig, pa
   update = update_fn_lib.make_update_fn_from_checked(  # rl is check_config's
       model_config, rl, checked.optimizer, mesh, critic_optimizer=checked.critic_optimizer,
       measure_noise_scale=measure_noise_scale)
+  if checked.packing is not None:
+    update = packed_update_fn(update, checked.packing, rl, parts=checked.batch_parallelism,
+                              measure_noise_scale=measure_noise_scale)
   shardings = update.state_shardings
   layout = layout_lib.MeshLayout(mesh, shardings)
   trainer = Trainer(layout=layout, update=update, advantages=advantage_function(rl, mesh),
                     routing_replay=checked.routing_replay)
   if update_lib.uses_ref_logp(rl) or rl.old_logp == "recompute":
     trainer.logp = passes.make_logp_fn(model_config, rl.temperature, mesh, shardings.params,
-                                       microbatches=rl.microbatches)
+                                       microbatches=rl.microbatches, packing=checked.packing)
   if update_lib.uses_ref_logp(rl):
     trainer.ref_params = layout.copy_of(params)
   if update_lib.uses_critic(rl):
     trainer.values = passes.make_value_fn(model_config, mesh, shardings.critic_params,
-                                          microbatches=rl.microbatches)
+                                          microbatches=rl.microbatches, packing=checked.packing)
   return trainer
 
 

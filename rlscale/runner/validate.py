@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any
+from typing import Any, Optional
 
 
+from rlscale.packing.layout import Packing
 from rlscale.parallel import mesh as mesh_lib
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.runner import hosts as hosts_lib
@@ -160,6 +161,37 @@ def check_train_config(config) -> None:
     raise ValueError(f"sft.seed must be an int or None (= seed), got {sft_seed!r}")
 
 
+def packing_from_config(config, *, routing_replay: bool, processes: int) -> Optional[Packing]:
+  """train.max_tokens_per_row / max_tokens_per_microbatch as a `packing.layout.Packing`, or None
+  (no packing: train.max_tokens_per_row unset).
+
+  Raises: ValueError naming the field: not an int >= 1, a row shorter than
+    rollout.max_prompt_tokens + rollout.max_new_tokens, a budget below one row, a budget without
+    packing, routing replay (model.moe_routing_replay) or several processes with packing."""
+  for field in ("max_tokens_per_row", "max_tokens_per_microbatch"):
+    _check_positive_int(config, field, optional=True)
+  width = config.train.get("max_tokens_per_row")
+  budget = config.train.get("max_tokens_per_microbatch")
+  if width is None:
+    if budget is not None:
+      raise ValueError("train.max_tokens_per_microbatch needs train.max_tokens_per_row (packing); "
+                       "without packing rl.microbatches splits the rows")
+    return None
+  longest = config.rollout.max_prompt_tokens + config.rollout.max_new_tokens
+  if width < longest:
+    raise ValueError(f"train.max_tokens_per_row={width} must be >= rollout.max_prompt_tokens + "
+                     f"rollout.max_new_tokens = {longest} (a sequence never spans two rows)")
+  if budget is not None and budget < width:
+    raise ValueError(f"train.max_tokens_per_microbatch={budget} must be >= "
+                     f"train.max_tokens_per_row={width} (one packed row)")
+  if routing_replay:
+    raise ValueError("train.max_tokens_per_row (packing) cannot be combined with "
+                     "model.moe_routing_replay: a packed row's positions are not the sampler's")
+  if processes > 1:
+    raise ValueError(f"train.max_tokens_per_row (packing) runs in one process, not {processes}")
+  return Packing(width, budget)
+
+
 def model_remat(config) -> bool:
   """config.model.remat, or when None (the default) True for HF checkpoints and False for the
   built-in model (its activations are small, and recomputing them costs time). Raises
@@ -197,6 +229,7 @@ class CheckedConfig:
     sampling: the rollouts' SamplingConfig; eval_sampling: the sampled held-out metrics'.
     remat: the policy's rematerialisation (`model_remat`).
     routing_replay: the trainer replays the sampler's experts (`routing_replay`).
+    packing: train.max_tokens_per_row's `packing.layout.Packing`, or None (`packing_from_config`).
   """
   rl: Any
   mesh: Any
@@ -210,6 +243,7 @@ class CheckedConfig:
   eval_sampling: SamplingConfig
   remat: bool
   routing_replay: bool
+  packing: Optional[Packing] = None
 
 
 def check_config(config) -> CheckedConfig:
@@ -248,6 +282,7 @@ def check_config(config) -> CheckedConfig:
     critic_optimizer = make_optimizer(config.optim, learning_rate=config.optim.critic_learning_rate,
                                       **optimizer_args)
   sampling = rollout_sampling(config, rl)
+  replay = routing_replay(config)
   if hosts.count > 1 and config.rollout.host_threads > 1:
     raise ValueError(f"rollout.host_threads={config.rollout.host_threads} splits each process's "
                      f"rows into chunks sampled apart; with {hosts.count} processes it must be 1")
@@ -256,4 +291,5 @@ def check_config(config) -> CheckedConfig:
       optimizer_args=optimizer_args, optimizer=optimizer, critic_optimizer=critic_optimizer,
       prompt_buckets=prompt_buckets(config.rollout.max_prompt_tokens), sampling=sampling,
       eval_sampling=eval_sampling(sampling, config.eval.get("sampling")), remat=remat,
-      routing_replay=routing_replay(config))
+      routing_replay=replay,
+      packing=packing_from_config(config, routing_replay=replay, processes=hosts.count))

@@ -34,6 +34,21 @@ def replayed(batch, total_len: int) -> Optional[jax.Array]:
   return None if "routing" not in batch else replay_window(batch["routing"], total_len)
 
 
+def scored_positions(mb) -> tuple[tuple[int, int], jax.Array]:
+  """(outputs window for `forward`, the tokens its outputs predict [b, n] int32) of a microbatch.
+
+  A padded microbatch ([b, T] rows, responses in the last Tr columns): the Tr positions that
+  predict response tokens, so only they are computed past the last layer's keys and values, and
+  the last token (it predicts nothing) not at all: the same numbers, less compute. A packed one
+  (it has "loss_weights", `rlscale.packing.gather.pack_batch`): every position but the last,
+  predicting tokens[:, 1:]."""
+  tokens = mb["tokens"]
+  if "loss_weights" in mb:
+    return (0, tokens.shape[1] - 1), tokens[:, 1:]
+  tr = mb["response_mask"].shape[-1]
+  return response_positions(tokens.shape[1], tr), tokens[:, -tr:]
+
+
 def microbatch_loss(trainables, mb, counts, *, model_config: ModelConfig, rl,
                     policy_loss: Callable, aux_parts: int = 1) -> tuple[jax.Array, dict]:
   """Loss of one microbatch as its share of the minibatch loss, and its metric sums.
@@ -48,7 +63,10 @@ def microbatch_loss(trainables, mb, counts, *, model_config: ModelConfig, rl,
       advantages [b] or [b, Tr] float32; ref_logp [b, Tr] float32 when
       rl.kl_coef > 0; old_values, returns [b, Tr] float32 with a critic; optionally
       sampler_experts [b, Tr, L_moe, k] int32 (logged as moe/routing_mismatch) and routing
-      (the same, replayed: `replayed`).
+      (the same, replayed: `replayed`). Or a packed microbatch (`rlscale.packing`): tokens and
+      input_mask (segment ids) [b, W], every per-token array [b, W - 1] at the positions that
+      predict its token (`scored_positions`), advantages per token, and loss_weights [b, W - 1]
+      float32, the aggregation weights of the minibatch (used instead of computing them here).
     counts: `aggregation.aggregation_counts` of the whole minibatch's response_mask: {"tokens":
       N, "sequences": S} float32 scalars.
     model_config: the policy architecture (the critic's adds the value head, `critic_config`).
@@ -89,14 +107,10 @@ def microbatch_loss(trainables, mb, counts, *, model_config: ModelConfig, rl,
   params, critic_params = trainables
   tokens, mask = mb["tokens"], mb["response_mask"]
   tr = mask.shape[-1]
-  # Only the Tr positions that predict response tokens are computed past the last layer's keys
-  # and values, and the last token (it predicts nothing) not at all (`forward(outputs=...)`):
-  # the same numbers, less compute.
-  window = response_positions(tokens.shape[1], tr)
+  window, targets = scored_positions(mb)
   out = forward(params, model_config, tokens, mb["input_mask"], head=False, outputs=window,
                 routing=replayed(mb, tokens.shape[1]))
-  logp, entropy = response_states_logp(params, model_config, out.hidden, tokens[:, -tr:],
-                                       rl.temperature)
+  logp, entropy = response_states_logp(params, model_config, out.hidden, targets, rl.temperature)
   advantages = mb["advantages"]
   if advantages.ndim == 1:
     advantages = jnp.broadcast_to(advantages[:, None], mask.shape)
@@ -127,8 +141,10 @@ def microbatch_loss(trainables, mb, counts, *, model_config: ModelConfig, rl,
     coefs["value_loss"] = rl.vf_coef
     aux = {**aux, **value_aux, "value_mean": values}
   token_stats.update({k: v for k, v in aux.items() if k != "ratio"})
-  weights = aggregation.aggregation_weights(mask, rl.loss_agg_mode,
-                                            norm_constant=rl.loss_agg_norm or tr, counts=counts)
+  weights = mb.get("loss_weights")
+  if weights is None:
+    weights = aggregation.aggregation_weights(mask, rl.loss_agg_mode,
+                                              norm_constant=rl.loss_agg_norm or tr, counts=counts)
   real = weights > 0
   share = {k: jnp.sum(jnp.where(real, v * weights, 0.0)) for k, v in terms.items()}
   loss = sum(coefs[k] * share[k] for k in share)

@@ -16,7 +16,11 @@ import jax.numpy as jnp
 from rlscale.model.config import ModelConfig
 from rlscale.model import transformer
 from rlscale.model.transformer import forward
+from jax.sharding import NamedSharding, PartitionSpec
+
+from rlscale.packing import gather, layout
 from rlscale.parallel.data import batch_sharding, global_batch
+from rlscale.parallel.mesh import batch_parallelism
 from rlscale.parallel.rules import rules_for_mesh
 from rlscale.rl.logprob import response_positions, response_states_logp
 from rlscale.train.state import critic_config
@@ -29,8 +33,26 @@ def _batch_inputs(batch) -> dict:
   return {k: batch[k] for k in PASS_KEYS if k in batch}
 
 
+def _packed_pass(fn, model_config: ModelConfig, params, batch, plan) -> jax.Array:
+  """`fn` over packed microbatches (`rlscale.packing`): plan [K, r, W] arrays; returns [B, Tr]
+  float32 in the padded layout, 0 where response_mask is 0."""
+  rows, tr = batch["response_mask"].shape
+
+  def one(mb):
+    tokens = mb["tokens"]
+    out = forward(params, model_config, tokens, mb["input_mask"], head=False,
+                  outputs=(0, tokens.shape[1] - 1))
+    return fn(params, out, tokens[:, 1:])
+
+  packed = jax.lax.map(one, {"tokens": gather.take(batch["tokens"], plan["token_src"]),
+                             "input_mask": plan["segment_ids"]})
+  out = gather.unpack_targets(packed, plan["target_src"], rows, tr)
+  return jnp.where(batch["response_mask"] > 0, out, 0.0)
+
+
 def _response_pass(fn, model_config: ModelConfig, mesh, param_shardings, *,
-                   microbatches: Optional[int], rules) -> Callable:
+                   microbatches: Optional[int], rules,
+                   packing: Optional[layout.Packing] = None) -> Callable:
   """pass(params, batch) -> [B, Tr] float32 of `fn(params, output, response_tokens)` (output:
   `forward(..., head=False)` at the Tr response-predicting positions, replaying batch["routing"]
   when the batch has it), 0 where response_mask is 0, run over `microbatch_count(microbatches,
@@ -38,7 +60,10 @@ def _response_pass(fn, model_config: ModelConfig, mesh, param_shardings, *,
   layout over `mesh`."""
   rules = rules_for_mesh(mesh) if rules is None else rules
 
-  def global_pass(params, batch):
+  def global_pass(params, batch, plan=None):
+    if plan is not None:
+      with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+        return _packed_pass(fn, model_config, params, batch, plan)
     tr = batch["response_mask"].shape[-1]
     rows, width = batch["tokens"].shape
     count = microbatch_count(microbatches, rows, width)
@@ -58,6 +83,7 @@ def _response_pass(fn, model_config: ModelConfig, mesh, param_shardings, *,
       return out.swapaxes(0, 1).reshape((rows,) + out.shape[2:])
 
   rows_2d = batch_sharding(mesh, 2)
+  replicated = NamedSharding(mesh, PartitionSpec())
   jitted = {}
   shardings = [param_shardings]
 
@@ -70,15 +96,25 @@ def _response_pass(fn, model_config: ModelConfig, mesh, param_shardings, *,
     keys = tuple(sorted(batch))
     if keys not in jitted:  # with "routing" (replay) or without
       batch_shardings = {k: batch_sharding(mesh, len(batch[k].shape)) for k in keys}
-      jitted[keys] = jax.jit(global_pass, in_shardings=(shardings[0], batch_shardings),
-                             out_shardings=rows_2d)
-    return jitted[keys](params, batch)
+      in_shardings = (shardings[0], batch_shardings) + ((replicated,) if packing else ())
+      jitted[keys] = jax.jit(global_pass, in_shardings=in_shardings, out_shardings=rows_2d)
+    if packing is None:
+      return jitted[keys](params, batch)
+    if "routing" in batch:
+      raise ValueError("train.max_tokens_per_row (packing) cannot replay the sampler's routing "
+                       "(model.moe_routing_replay)")
+    plan = layout.pass_plan(
+        jax.device_get(batch["input_mask"]), batch["response_mask"].shape[1],
+        width=packing.width, max_tokens_per_microbatch=packing.max_tokens_per_microbatch,
+        parts=batch_parallelism(mesh))
+    return jitted[keys](params, batch, plan.arrays())
 
   return run
 
 
 def make_logp_fn(model_config: ModelConfig, temperature: float, mesh, param_shardings, *,
-                 microbatches: Optional[int] = 1, rules=None) -> Callable:
+                 microbatches: Optional[int] = 1, rules=None,
+                 packing: Optional[layout.Packing] = None) -> Callable:
   """fn(params, batch) -> logp [B, Tr] float32 (global, rows over the mesh's batch axes): log
   pi(token) of each response token at `temperature` (log-softmax of logits / temperature), 0
   where response_mask is 0. For `ref_logp` (reference params) or recomputed `old_logp`.
@@ -93,6 +129,10 @@ def make_logp_fn(model_config: ModelConfig, temperature: float, mesh, param_shar
       it; None: `update.microbatch_count` chooses from B and T, whatever the device count).
     rules: logical axis rules of the activations (and of derived param shardings); None:
       `parallel.rules.rules_for_mesh(mesh)`.
+    packing: `packing.layout.Packing` (train.max_tokens_per_row): the batch's sequences are
+      packed into rows of that many tokens (`packing.layout.pass_plan`, microbatches by its
+      token budget instead of `microbatches`; no routing replay), the same numbers up to float
+      summation order; None: one padded row per response.
   Returns: fn taking params (placed by param_shardings) and a batch dict with tokens [B, T]
     int32, input_mask [B, T] int32, response_mask [B, Tr] int32, optionally routing
     [B, Tr, L_moe, k] int32 (replayed), as global arrays (`parallel.data.global_batch`) or this
@@ -104,15 +144,18 @@ def make_logp_fn(model_config: ModelConfig, temperature: float, mesh, param_shar
   return _response_pass(
       lambda params, out, targets: response_states_logp(
           params, model_config, out.hidden, targets, temperature)[0],
-      model_config, mesh, param_shardings, microbatches=microbatches, rules=rules)
+      model_config, mesh, param_shardings, microbatches=microbatches, rules=rules,
+      packing=packing)
 
 
 def make_value_fn(model_config: ModelConfig, mesh, critic_shardings, *,
-                  microbatches: Optional[int] = 1, rules=None) -> Callable:
+                  microbatches: Optional[int] = 1, rules=None,
+                  packing: Optional[layout.Packing] = None) -> Callable:
   """fn(critic_params, batch) -> values [B, Tr] float32 (global): the PPO critic's V(s_t) before
   each response token (the value head at the position predicting it), 0 where response_mask is
   0, for the batch's `old_values`. `model_config` is the policy's; the critic adds the value
   head (`state.critic_config`). Arguments, batch and errors as `make_logp_fn`, critic_shardings
   those of the critic's params (`fn.state_shardings.critic_params`) or None."""
   return _response_pass(lambda params, out, targets: out.values, critic_config(model_config),
-                        mesh, critic_shardings, microbatches=microbatches, rules=rules)
+                        mesh, critic_shardings, microbatches=microbatches, rules=rules,
+                        packing=packing)

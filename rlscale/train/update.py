@@ -216,7 +216,7 @@ def _own_mean_scale(mode: str, counts: dict, part_counts: dict) -> jax.Array:
 
 def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, critic_optimizer,
                       policy_loss, measure_noise_scale=False):
-  """One optimizer update on one (global) minibatch; returns (state, metrics)."""
+  """One optimizer update on one (global) padded minibatch; returns (state, metrics)."""
   rows = mb["response_mask"].shape[0]
   microbatches = microbatch_count(rl.microbatches, rows, mb["tokens"].shape[1],
                                   group_size=rl.group_size,
@@ -225,7 +225,31 @@ def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, cri
   # small batches should be samples of prompts), else of single rows.
   group = rl.group_size or 1
   block = group if rows % (microbatches * group) == 0 else 1
-  counts = aggregation.aggregation_counts(mb["response_mask"])
+  slices = interleaved_slices(mb, microbatches, block)
+  part_counts = jax.vmap(aggregation.aggregation_counts)(slices["response_mask"])
+  return accumulate_and_apply(
+      state, slices, aggregation.aggregation_counts(mb["response_mask"]), part_counts,
+      jnp.ones((microbatches,), jnp.float32), batch_big=jnp.float32(rows),
+      model_config=model_config, rl=rl, optimizer=optimizer, critic_optimizer=critic_optimizer,
+      policy_loss=policy_loss)
+
+
+def accumulate_and_apply(state: TrainState, slices, counts: dict, part_counts: dict,
+                         nonempty: jax.Array, *, batch_big: jax.Array, model_config, rl,
+                         optimizer, critic_optimizer, policy_loss):
+  """One optimizer update from a minibatch's K microbatches: gradients accumulated by `lax.scan`.
+
+  Args:
+    state: TrainState. slices: the microbatches, a dict of arrays with a leading [K] axis (padded
+      rows or packed ones: `objective.microbatch_loss`).
+    counts: the minibatch's {"tokens": N, "sequences": S} (`aggregation.aggregation_counts`).
+    part_counts: each microbatch's own counts, {"tokens": [K], "sequences": [K]} float32.
+    nonempty: [K] float32, 1 for the microbatches holding loss tokens (0 for the padding
+      microbatches of a packed minibatch): the noise scale's small batches.
+    batch_big: the minibatch's responses (float32 scalar), gns_batch_big.
+  Returns: (state, metrics) as one update of `update_step` (before the reduction over updates).
+  """
+  microbatches = nonempty.shape[0]
   mode = rl.loss_agg_mode
   trainables = (state.params, state.critic_params)
   grad_fn = jax.grad(functools.partial(microbatch_loss, model_config=model_config, rl=rl,
@@ -236,18 +260,22 @@ def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, cri
   # small = big carries no information.
   micro_gns = microbatches > 1
 
-  def accumulate(grad_sum, micro):
+  def accumulate(grad_sum, inputs):
+    micro, part = inputs
     grads, stats = grad_fn(trainables, micro, counts)
     if micro_gns:
-      own = _own_mean_scale(mode, counts, aggregation.aggregation_counts(micro["response_mask"]))
+      own = _own_mean_scale(mode, counts, part)
       stats["micro_grad_sq"] = optax.tree_utils.tree_norm(grads[0], squared=True) * own ** 2
     return jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_sum, grads), stats
 
   zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), trainables)
-  grads, stats = jax.lax.scan(accumulate, zeros, interleaved_slices(mb, microbatches, block))
+  grads, stats = jax.lax.scan(accumulate, zeros, (slices, part_counts))
   policy_grads, critic_grads = grads
   global_sq = optax.tree_utils.tree_norm(policy_grads, squared=True)
-  small_sq = jnp.mean(stats.pop("micro_grad_sq")) if micro_gns else global_sq
+  small_count = jnp.maximum(jnp.sum(nonempty), 1.0)
+  small_sq = global_sq
+  if micro_gns:
+    small_sq = jnp.sum(stats.pop("micro_grad_sq") * nonempty) / small_count
 
   updates, opt_state = optimizer.update(policy_grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
@@ -255,8 +283,7 @@ def _minibatch_update(state: TrainState, mb, *, model_config, rl, optimizer, cri
       "grad_norm": jnp.sqrt(global_sq), "update_norm": optax.tree_utils.tree_norm(updates),
       "learning_rate": current_learning_rate(opt_state),
       "gns_grad_sq_small": small_sq, "gns_grad_sq_big": global_sq,
-      "gns_batch_small": jnp.float32(rows // microbatches),
-      "gns_batch_big": jnp.float32(rows),
+      "gns_batch_small": jnp.floor(batch_big / small_count), "gns_batch_big": batch_big,
   }
   state = state.replace(params=params, opt_state=opt_state)
   if state.critic_params is not None:
@@ -357,6 +384,15 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     return jax.lax.scan(minibatch_update, state, interleaved_slices(shuffled, rl.minibatches))
 
   state, metrics = jax.lax.scan(epoch, state, jnp.arange(rl.epochs))
+  return state.replace(step=state.step + 1), reduce_updates(metrics, rl)
+
+
+def reduce_updates(metrics: dict, rl) -> dict:
+  """The metrics of a step's optimizer updates (leading axes [epochs, minibatches], or [U] in
+  that order) -> float32 scalars, as `update_step` documents: means, except ratio_min / ratio_max
+  (extremes), learning_rate (the last update's), sampler_trainer_k3 (with rl.old_logp
+  "sampler") and moe/routing_mismatch (the first update's)."""
+  metrics = {k: v.reshape(-1) for k, v in metrics.items()}
   reduced = {}
   for key, value in metrics.items():
     if key in _MIN_METRICS:
@@ -364,13 +400,13 @@ def update_step(state: TrainState, batch, rng: jax.Array, *, model_config: Model
     elif key in _MAX_METRICS:
       reduced[key] = jnp.max(value)
     elif key == "learning_rate":
-      reduced[key] = value[-1, -1]
+      reduced[key] = value[-1]
     else:
       reduced[key] = jnp.mean(value)
   if rl.old_logp == "sampler":
     # The first optimizer update scores the batch with the parameters that sampled it: its k3 to
     # old_logp is the sampler-trainer mismatch, free of any update's drift.
-    reduced["sampler_trainer_k3"] = metrics["approx_kl_old"][0, 0]
+    reduced["sampler_trainer_k3"] = metrics["approx_kl_old"][0]
   if "moe/routing_mismatch" in metrics:  # the sampler's parameters: the first update's forward
-    reduced["moe/routing_mismatch"] = metrics["moe/routing_mismatch"][0, 0]
-  return state.replace(step=state.step + 1), reduced
+    reduced["moe/routing_mismatch"] = metrics["moe/routing_mismatch"][0]
+  return reduced

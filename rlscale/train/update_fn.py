@@ -24,6 +24,7 @@ from rlscale.parallel.mesh import batch_parallelism
 from rlscale.parallel.rules import rules_for_mesh
 from rlscale.rl.presets import resolve_rl_config, validate_rl_config
 from rlscale.train import update as update_lib
+from rlscale.train.packed_update import packed_update_step
 from rlscale.train.compile_options import (CPU_UPDATE_OPTIONS, effective_options,
                                            with_cpu_compiler_options)
 from rlscale.train.state import TrainState, state_shardings as derive_state_shardings
@@ -61,12 +62,14 @@ def make_update_fn(model_config: ModelConfig, rl_cfg, optimizer: optax.GradientT
       slices where whole groups allow it (`update.microbatch_count`), the noise scale's small
       batches.
 
-  Returns: fn(state, batch, rng) -> (state, metrics). state: a TrainState placed by
+  Returns: fn(state, batch, rng, plan=None) -> (state, metrics); with a packing plan
+    (`rlscale.packing.layout.update_plan(...).arrays()`, host int32 arrays) the step is
+    `packed_update.packed_update_step` (rng unused: the plan holds the minibatches). state: a TrainState placed by
     `fn.state_shardings` (`parallel.shardings.put_on_mesh`), donated; batch: global arrays
     [B, ...] (`parallel.data.global_batch`) or this process's host rows (placed by it); rng: one
     PRNG key; metrics: dict of float32 scalars (replicated), see `update.update_step`.
-    `fn.state_shardings` is the state's NamedShardings, `fn.jitted(batch)` the `jax.jit` function
-    for that batch's keys and ranks (e.g. to `.lower()` it for abstract inputs, as
+    `fn.state_shardings` is the state's NamedShardings, `fn.jitted(batch, packed=False)` the
+    `jax.jit` function for that batch's keys and ranks (e.g. to `.lower()` it for abstract inputs, as
     `train.memory`), `fn.compiler_options` the XLA options its executable gets here ({} where
     none apply).
 
@@ -103,37 +106,48 @@ def make_update_fn_from_checked(
   step_fn = functools.partial(update_lib.update_step, model_config=model_config, rl_cfg=rl,
                               optimizer=optimizer, critic_optimizer=critic_optimizer,
                               measure_noise_scale=measure_noise_scale)
+  packed_fn = functools.partial(packed_update_step, model_config=model_config, rl_cfg=rl,
+                                optimizer=optimizer, critic_optimizer=critic_optimizer)
 
-  def step(state, batch, rng):
+  def step(state, batch, rng_or_plan):
     # Traced under the (abstract) mesh and the rules, so the model's activation constraints
     # (`transformer.constrain_activations`) apply; `jax.set_mesh` is refused inside jit.
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
-      return step_fn(state, batch, rng)
+      if isinstance(rng_or_plan, dict):
+        return packed_fn(state, batch, rng_or_plan)
+      return step_fn(state, batch, rng_or_plan)
 
   replicated = NamedSharding(mesh, PartitionSpec())
   devices = list(mesh.devices.flat)
   by_layout = {}
 
-  def compiled(batch):
-    """(jitted step, the same with the CPU options) for the batch's keys and ranks."""
-    layout = tuple(sorted((k, len(v.shape)) for k, v in batch.items()))
+  def compiled(batch, packed: bool = False):
+    """(jitted step, the same with the CPU options) for the batch's keys and ranks (its third
+    argument a PRNG key, or with `packed` a packing plan)."""
+    layout = (packed,) + tuple(sorted((k, len(v.shape)) for k, v in batch.items()))
     if layout not in by_layout:
-      batch_shardings = {k: batch_sharding(mesh, ndim) for k, ndim in layout}
+      batch_shardings = {k: batch_sharding(mesh, ndim) for k, ndim in layout[1:]}
       fn = jax.jit(step, in_shardings=(state_shardings, batch_shardings, replicated),
                    out_shardings=(state_shardings, replicated), donate_argnums=(0,))
       by_layout[layout] = (fn, with_cpu_compiler_options(fn, cpu_compiler_options, devices))
     return by_layout[layout]
 
-  def update(state: TrainState, batch, rng: jax.Array):
+  def update(state: TrainState, batch, rng: jax.Array, plan: Optional[dict] = None):
     if update_lib.uses_critic(rl) and state.critic_params is None:
       raise ValueError(f"rl.advantage={rl.advantage!r} trains a critic: create the state with "
                        "critic_params (see state.critic_params_from_policy)")
     update_lib.check_batch(batch, rl)
+    if plan is not None and "routing" in batch:
+      raise ValueError("train.max_tokens_per_row (packing) cannot replay the sampler's routing "
+                       "(model.moe_routing_replay): a packed row's positions are not the sampler's")
     if not all(isinstance(v, jax.Array) for v in batch.values()):
       batch = global_batch(batch, mesh)
-    return compiled(batch)[1](state, dict(batch), rng)
+    if plan is None:
+      return compiled(batch)[1](state, dict(batch), rng)
+    plan = {k: v for k, v in plan.items()}
+    return compiled(batch, packed=True)[1](state, dict(batch), plan)
 
-  update.jitted = lambda batch: compiled(batch)[0]
+  update.jitted = lambda batch, packed=False: compiled(batch, packed)[0]
   update.state_shardings = state_shardings
   update.compiler_options = effective_options(cpu_compiler_options, devices)
   return update

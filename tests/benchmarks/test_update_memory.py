@@ -1,7 +1,6 @@
 """benchmarks/update_memory.py --state_table: per-device training-state memory of the Qwen3 sizes
 from their parameter counts, checked by hand and against the compiled step's argument bytes."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,13 +8,10 @@ import sys
 
 import pytest
 
+from tests.benchmarks import ROOT, load_script
 from tests.timeouts import hang_timeout
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SPEC = importlib.util.spec_from_file_location(
-    "update_memory", os.path.join(ROOT, "benchmarks", "update_memory.py"))
-update_memory = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(update_memory)
+update_memory = load_script("update_memory")
 
 
 def test_qwen3_0p6b_state_by_hand():

@@ -27,6 +27,13 @@ def _build(tmp_path, **overrides):
     ({"optim__lr_scaling": "sqrt_adam", "optim__reference_batch": 0}, "optim.reference_batch"),
     ({"sft__seed": True}, "sft.seed"),
     ({"train__measure_noise_scale": None}, "train.measure_noise_scale"),
+    ({"train__max_tokens_per_row": 0}, "train.max_tokens_per_row must be an int >= 1 or None"),
+    ({"train__max_tokens_per_row": 10},
+     "train.max_tokens_per_row=10 must be >= rollout.max_prompt_tokens \\+ "
+     "rollout.max_new_tokens = 20"),
+    ({"train__max_tokens_per_microbatch": 64}, "needs train.max_tokens_per_row"),
+    ({"train__max_tokens_per_row": 32, "train__max_tokens_per_microbatch": 16},
+     "train.max_tokens_per_microbatch=16 must be >= train.max_tokens_per_row=32"),
     ({"model__source": "web"}, "model.source"),
     ({"model__source": "hf"}, "model.checkpoint_path"),
     ({"task__source": "nope"}, "task.source"),
