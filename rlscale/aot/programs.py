@@ -40,11 +40,11 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from rlscale.aot.steps import RunSteps, Step, sampler_layout
-from rlscale.model.attention import cache_segments
-from rlscale.model.transformer import KVCache, Transformer, init_cache, positions_from_mask
+from rlscale.model.transformer import KVCache
 from rlscale.parallel.data import batch_sharding
 from rlscale.parallel.rules import logical_to_spec
 from rlscale.rl import logprob
+from rlscale.sampler import decode
 from rlscale.sampler.decode import CACHE_K_AXES, CACHE_V_AXES, constrain_cache
 from rlscale.sampler.strategies import sample_token_from_noise
 
@@ -129,10 +129,7 @@ def prefill_step(run: RunSteps, prompts: int, group: int) -> Step:
 
   def prefill(params, tokens, mask):
     # As `decode.generate_unchecked` before its loop: one forward of the distinct prompts.
-    out = Transformer(c).apply(
-        {"params": params}, tokens, positions_from_mask(mask), cache_segments(mask, 0, tp),
-        constrain_cache(init_cache(c, per_call, slots), sampler.rules), jnp.int32(0),
-        last_only=True)
+    out = decode.prefill(params, c, tokens, mask, num_slots=slots, cache_rules=sampler.rules)
     to_rows = lambda x: jnp.repeat(x, g, axis=0)  # noqa: E731
     return to_rows(out.logits), constrain_cache(jax.tree.map(to_rows, out.cache), sampler.rules)
 
@@ -152,8 +149,7 @@ def decode_step(run: RunSteps, rows: int) -> Step:
   slots = run.prompt_len + run.response_len
 
   def step(params, cache, last_token, positions, slot_mask, slot, rng):
-    out = Transformer(c).apply({"params": params}, last_token[:, None], positions,
-                               cache_segments(slot_mask, slot, 1), cache, slot)
+    out = decode.decode_forward(params, c, last_token, positions, slot_mask, slot, cache)
     gumbel = None if sampler.sampling.greedy else jax.random.gumbel(
         rng, (rows, c.vocab_size), jnp.float32)  # the draw each step makes past the table
     token, logp = sample_token_from_noise(out.logits[:, 0], gumbel, sampler.sampling)

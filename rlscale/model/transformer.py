@@ -239,7 +239,8 @@ class Attention(nn.Module):
     # layer of a log-prob pass), are other slots than its queries' (splash and cudnn do not run
     # there).
     decode = num_keys != t
-    impl = attention_lib.resolve_attention_impl(c.attention_impl, decode=decode, dtype=c.jnp_dtype)
+    impl = attention_lib.resolve_attention_impl(c.attention_impl, decode=decode, dtype=c.jnp_dtype,
+                                                window=decode and layer_cache is None)
     out = attention_lib.attend(q, k, v, segments, impl=impl, cache_layout=layer_cache is not None)
     out = out.reshape(b, t, c.num_heads * c.head_dim)
     if last_only:

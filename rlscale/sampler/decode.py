@@ -267,6 +267,28 @@ def generate(params, prompt_tokens: jax.Array, prompt_mask: jax.Array, rng: jax.
                             cache_rules=cache_rules)
 
 
+def prefill(params, model_config: ModelConfig, prompt_tokens, prompt_mask, *, num_slots: int,
+            cache_rules=None):
+  """The sampler's prefill: every prompt slot of each distinct prompt in one forward into an
+  empty cache, attending to the prompt slots only (the static offset 0 lets splash / cudnn run
+  it). prompt_tokens, prompt_mask [P, Tp] int32 (left-padded) -> ModelOutput with the last
+  position's logits [P, 1, V] float32 and the cache of P rows x num_slots slots."""
+  prompt_len = prompt_tokens.shape[1]
+  cache = constrain_cache(init_cache(model_config, prompt_tokens.shape[0], num_slots), cache_rules)
+  return Transformer(model_config).apply(
+      {"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
+      cache_segments(prompt_mask, 0, prompt_len), cache, jnp.int32(0), last_only=True)
+
+
+def decode_forward(params, model_config: ModelConfig, last_token, positions, slot_mask, slot,
+                   cache):
+  """One decode step's forward: last_token [B] int32 at rotary positions [B, 1] int32 written to
+  cache slot `slot` (int32 scalar), attending to the slots where slot_mask [B, S] is 1 up to its
+  own -> ModelOutput with logits [B, 1, V] float32 and the updated cache."""
+  return Transformer(model_config).apply({"params": params}, last_token[:, None], positions,
+                                         cache_segments(slot_mask, slot, 1), cache, slot)
+
+
 @functools.partial(jax.jit, static_argnames=("model_config", "max_new_tokens", "sampling",
                                              "eos_ids", "pad_id", "samples_per_prompt",
                                              "cache_rules"))
@@ -277,16 +299,11 @@ def generate_unchecked(params, prompt_tokens, prompt_mask, rng, *, model_config,
   num_prompts, prompt_len = prompt_tokens.shape
   batch = num_prompts * samples_per_prompt
   num_slots = prompt_len + max_new_tokens
-  model = Transformer(model_config)
   prompt_mask = prompt_mask.astype(jnp.int32)
   prompt_tokens = prompt_tokens.astype(jnp.int32)
 
-  # Prefill: every prompt slot of each distinct prompt in one forward, attending to the prompt
-  # slots only (the static offset 0 lets splash / cudnn run it).
-  out = model.apply({"params": params}, prompt_tokens, positions_from_mask(prompt_mask),
-                    cache_segments(prompt_mask, 0, prompt_len),
-                    constrain_cache(init_cache(model_config, num_prompts, num_slots), cache_rules),
-                    jnp.int32(0), last_only=True)
+  out = prefill(params, model_config, prompt_tokens, prompt_mask, num_slots=num_slots,
+                cache_rules=cache_rules)
   if samples_per_prompt > 1:  # each prompt's G rows start from copies of its prefill
     to_rows = lambda x: jnp.repeat(x, samples_per_prompt, axis=0)  # noqa: E731
     moe = None if out.moe is None else out.moe._replace(
@@ -322,8 +339,8 @@ def generate_unchecked(params, prompt_tokens, prompt_mask, rng, *, model_config,
   def body(state: DecodeState):
     slot = prompt_len + state.step - 1  # cache slot of last_token
     positions = (real_prompt_len + state.step - 1)[:, None]
-    out = model.apply({"params": params}, state.last_token[:, None], positions,
-                      cache_segments(slot_mask, slot, 1), state.cache, slot)
+    out = decode_forward(params, model_config, state.last_token, positions, slot_mask, slot,
+                         state.cache)
     token, logp = sample_token_from_noise(out.logits[:, 0], draw(state.step), sampling)
     return record(state._replace(cache=constrain_cache(out.cache, cache_rules)), token, logp,
                   out.moe)

@@ -196,6 +196,13 @@ def test_auto_resolves_by_platform_and_phase():
   assert resolve("auto", decode=False, dtype=jnp.float32, platform="gpu") == "standard"
   assert resolve("splash", decode=True, dtype=jnp.float32, platform="tpu") == "standard"
   assert resolve("blockwise", decode=True, dtype=jnp.float32, platform="cpu") == "blockwise"
+  # A query window without a cache (the last layer of a scoring pass): never dense scores off CPU.
+  for setting in ("splash", "cudnn", "auto"):
+    assert resolve(setting, decode=True, window=True, dtype=jnp.bfloat16,
+                   platform="tpu") == "blockwise"
+  assert resolve("auto", decode=True, window=True, dtype=jnp.float32, platform="cpu") == "cpu"
+  assert resolve("standard", decode=True, window=True, dtype=jnp.float32,
+                 platform="tpu") == "standard"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,6 +244,29 @@ def test_model_gradients_through_remat_equal_dense(impl, random_params, monkeypa
 
   got, want = grads(impl), grads("cpu")
   assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(want)) > 1e-2
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["blockwise", "splash"])
+def test_a_query_window_equals_dense_with_gradients(impl, random_params, monkeypatch):
+  """forward(outputs=(start, stop)): the last layer's window of queries over every key (splash
+  runs it blockwise), values and gradients equal to the dense path's."""
+  monkeypatch.setattr(attention, "BLOCK_Q", 4)
+  monkeypatch.setattr(attention, "BLOCK_K", 8)
+  params = random_params(ModelConfig(**BASE))
+  tokens = jnp.asarray(np.random.default_rng(7).integers(0, 40, (2, 13)), jnp.int32)
+  ids = _rows([0] * 3 + [1] * 10, [1] * 6 + [2] * 7)
+  start, stop = 5, 12
+
+  def grads(name):
+    config = ModelConfig(**BASE, attention_impl=name, remat=True)
+    loss = lambda p: jnp.sum(  # noqa: E731
+        jax.nn.log_softmax(tfm.forward(p, config, tokens, ids, outputs=(start, stop)).logits)[..., 1]
+        * (ids[:, start:stop] > 0))
+    return jax.value_and_grad(loss)(params)
+
+  got, want = grads(impl), grads("cpu")
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
