@@ -17,7 +17,10 @@ device ({data: 1, fsdp: -1}), B = 8 responses (2 prompts x 4 samples: `ROLLOUT`)
 those rows), plus the reference pass and its resident copy with --kl. Qwen3-30B-A3B runs on a
 64-chip v5p slice (v5p:4x4x4) with the expert axis ({fsdp: 8, expert: 8}) and 64 responses
 (16 prompts x 4 samples: one row per device, the slice's 16 hosts one prompt group each).
-Writes OUT/aot_table.json: {"command", "jax", "libtpu", "rows"} (`rlscale.aot.report.json_rows`).
+Writes OUT/aot_table.json: {"command", "made_by", "jax", "libtpu", "rows"} (rows:
+`rlscale.aot.report.json_rows` and the commit that made each). A run resumes the table of the same
+settings (--out, --kl, --layers), adding the selected models x topologies it lacks (--redo:
+recompiling those it has, replacing their rows), so one table can be made in several runs.
 
 --longest reads OUT/aot_table.json and writes OUT/aot_longest.json: for each model x topology the
 longest row (prompt + response tokens, the prompt kept at 512) whose update step fits, found by
@@ -34,6 +37,7 @@ import gc
 import importlib.metadata
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -117,28 +121,60 @@ def package_version(name: str):
     return None
 
 
-def write(path: str, rows: list) -> None:
-  """`path` = {"command", "jax", "libtpu", "rows"}, rewritten after every topology so partial
-  results are kept."""
+def write(path: str, rows: list, earlier: dict) -> None:
+  """`path` = {"command", "made_by", "jax", "libtpu", "rows"}, rewritten after every topology so
+  partial results are kept. "command" makes the whole table (the settings without the model and
+  topology selection); "made_by" lists every invocation that added rows, each row its "commit"."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
+  made_by = list(earlier.get("made_by", [])) or ([earlier["command"]] if earlier else [])
+  if command_line() not in made_by:
+    made_by.append(command_line())
   outputs.write_json(path, {
-      "command": command_line(),
+      "command": table_command(), "made_by": made_by,
       "jax": importlib.metadata.version("jax"),
       "libtpu": package_version("libtpu"), "rows": rows}, indent=1)
 
 
-def done_rows(path: str) -> list:
-  """The rows of an earlier run of the same command at `path` (a run stopped midway resumes at
-  the next model x topology), else []."""
+def load_table(path: str) -> dict:
+  """The earlier table at `path` made with this invocation's settings (`table_command`: the same
+  --out, --kl and --layers, whatever models and topologies it selected), with every row's
+  "commit" filled in (rows from before the field: the file's "commit"), else {} (start over)."""
   if not os.path.exists(path):
-    return []
+    return {}
   earlier = json.load(open(path))
-  return earlier["rows"] if earlier["command"] == command_line() else []
+  if earlier["command"] != table_command():
+    return {}
+  for row in earlier["rows"]:
+    row.setdefault("commit", earlier.get("commit"))
+  return earlier
+
+
+def current_commit() -> str:
+  """HEAD of the repository this script runs from (+ " with local changes" when dirty)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  run = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,  # noqa: E731
+                                  text=True).stdout.strip()
+  dirty = run("status", "--porcelain", "--untracked-files=no")
+  return run("rev-parse", "--short", "HEAD") + (" with local changes" if dirty else "")
 
 
 def command_line() -> str:
   """This invocation as the JSON files record it."""
   return " ".join(["python benchmarks/aot_table.py"] + sys.argv[1:])
+
+
+def table_command() -> str:
+  """This invocation without its --models / --topologies selection and --redo: the command of
+  the table."""
+  args, skip = [], False
+  for arg in sys.argv[1:]:
+    if skip:
+      skip = False
+    elif arg in ("--models", "--topologies"):
+      skip = True
+    elif arg != "--redo" and not arg.startswith(("--models=", "--topologies=")):
+      args.append(arg)
+  return " ".join(["python benchmarks/aot_table.py"] + args)
 
 
 def main(argv=None) -> None:
@@ -151,6 +187,8 @@ def main(argv=None) -> None:
   parser.add_argument("--layers", type=int, default=None,
                       help="Compile this many layers (a check of the script, not the table).")
   parser.add_argument("--kl", action="store_true", help="A KL term: the reference pass too.")
+  parser.add_argument("--redo", action="store_true",
+                      help="Recompile the selected models x topologies where the table has them.")
   parser.add_argument("--longest", action="store_true",
                       help="From OUT/aot_table.json, the longest rows that fit (aot_longest.json).")
   args = parser.parse_args(argv)
@@ -164,16 +202,18 @@ def main(argv=None) -> None:
       rows.append(longest_row(base["model"], base["topology"], base, kl=args.kl,
                               layers=args.layers, progress=progress))
       print(json.dumps(rows[-1]), flush=True)
-      write(os.path.join(args.out, "aot_longest.json"), rows)
+      write(os.path.join(args.out, "aot_longest.json"), rows, {})
       release_compiled()
     return
   steps = ["update", "sample"] + (["ref_logp"] if args.kl else [])
-  rows = done_rows(os.path.join(args.out, "aot_table.json"))
+  earlier = load_table(os.path.join(args.out, "aot_table.json"))
+  rows = earlier.get("rows", [])
+  commit = current_commit()
   done = {(r["model"], r["topology"]) for r in rows}
   for model in args.models.split(","):
     moe = model == MOE_MODEL
     for topology in ([MOE_TOPOLOGY] if moe else args.topologies.split(",")):
-      if (model, topology) in done:
+      if (model, topology) in done and not args.redo:
         print(f"{model} on {topology}: in {args.out}/aot_table.json already", flush=True)
         continue
       start = time.perf_counter()
@@ -181,8 +221,9 @@ def main(argv=None) -> None:
                              layers=args.layers, eval_steps=False, only=steps,
                              progress=progress)
       print(compiled.table(), f"\n({time.perf_counter() - start:.0f} s)\n", flush=True)
-      rows.extend(compiled.rows())
-      write(os.path.join(args.out, "aot_table.json"), rows)
+      rows = [r for r in rows if (r["model"], r["topology"]) != (model, topology)]
+      rows.extend({**row, "commit": commit} for row in compiled.rows())
+      write(os.path.join(args.out, "aot_table.json"), rows, earlier)
       release_compiled()
 
 
