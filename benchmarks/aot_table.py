@@ -20,7 +20,8 @@ those rows), plus the reference pass and its resident copy with --kl. Qwen3-30B-
 Writes OUT/aot_table.json: {"command", "made_by", "jax", "libtpu", "rows"} (rows:
 `rlscale.aot.report.json_rows` and the commit that made each). A run resumes the table of the same
 settings (--out, --kl, --layers), adding the selected models x topologies it lacks (--redo:
-recompiling those it has, replacing their rows), so one table can be made in several runs.
+recompiling those it has, replacing their rows), so one table can be made in several runs;
+--tensor N adds rows of the mesh {data: 1, fsdp: -1, tensor: N} beside them (what would fit).
 
 --longest reads OUT/aot_table.json and writes OUT/aot_longest.json: for each model x topology the
 longest row (prompt + response tokens, the prompt kept at 512) whose update step fits, found by
@@ -61,9 +62,10 @@ LONGER, SHORTER = (8192, 16384, 32768), (2048, 1024)  # --longest's row widths, 
 MOE_PROMPTS = 16  # 16 x 4 = 64 rows: the rows must split over fsdp x expert = 64 devices
 
 
-def table_config(*, moe: bool, kl: bool, tokens: int = 4096):
+def table_config(*, moe: bool, kl: bool, tokens: int = 4096, tensor: int = 1):
   """The main job's config with the table's settings (see the module docstring), rows of
-  `tokens` = 512 prompt + the rest response tokens."""
+  `tokens` = 512 prompt + the rest response tokens, the dense models' mesh {data: 1, fsdp: -1,
+  tensor: `tensor`}."""
   config = get_config()
   with config.unlocked():
     config.model.dtype = "bfloat16"
@@ -71,7 +73,7 @@ def table_config(*, moe: bool, kl: bool, tokens: int = 4096):
     if moe:
       config.mesh = ml_collections.ConfigDict({"data": 1, "fsdp": -1, "tensor": 1, "expert": 8})
     else:
-      config.mesh.data, config.mesh.fsdp = 1, -1
+      config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, -1, tensor
     config.rl.prompts_per_step = MOE_PROMPTS if moe else ROLLOUT["prompts_per_step"]
     config.rl.group_size = ROLLOUT["group_size"]
     config.rollout.max_prompt_tokens = ROLLOUT["max_prompt_tokens"]
@@ -164,15 +166,15 @@ def command_line() -> str:
 
 
 def table_command() -> str:
-  """This invocation without its --models / --topologies selection and --redo: the command of
-  the table."""
+  """This invocation without its selection (--models, --topologies, --tensor) and --redo: the
+  command of the table."""
   args, skip = [], False
   for arg in sys.argv[1:]:
     if skip:
       skip = False
-    elif arg in ("--models", "--topologies"):
+    elif arg in ("--models", "--topologies", "--tensor"):
       skip = True
-    elif arg != "--redo" and not arg.startswith(("--models=", "--topologies=")):
+    elif arg != "--redo" and not arg.startswith(("--models=", "--topologies=", "--tensor=")):
       args.append(arg)
   return " ".join(["python benchmarks/aot_table.py"] + args)
 
@@ -187,6 +189,9 @@ def main(argv=None) -> None:
   parser.add_argument("--layers", type=int, default=None,
                       help="Compile this many layers (a check of the script, not the table).")
   parser.add_argument("--kl", action="store_true", help="A KL term: the reference pass too.")
+  parser.add_argument("--tensor", type=int, default=1,
+                      help="The dense models' tensor-parallel axis (rows of another mesh: a "
+                           "what-would-fit row beside the table's {fsdp: -1}).")
   parser.add_argument("--redo", action="store_true",
                       help="Recompile the selected models x topologies where the table has them.")
   parser.add_argument("--longest", action="store_true",
@@ -209,19 +214,21 @@ def main(argv=None) -> None:
   earlier = load_table(os.path.join(args.out, "aot_table.json"))
   rows = earlier.get("rows", [])
   commit = current_commit()
-  done = {(r["model"], r["topology"]) for r in rows}
+  tensor = lambda row: row["mesh"].get("tensor", 1)  # noqa: E731
+  done = {(r["model"], r["topology"], tensor(r)) for r in rows}
   for model in args.models.split(","):
     moe = model == MOE_MODEL
     for topology in ([MOE_TOPOLOGY] if moe else args.topologies.split(",")):
-      if (model, topology) in done and not args.redo:
+      key = (model, topology, 1 if moe else args.tensor)
+      if key in done and not args.redo:
         print(f"{model} on {topology}: in {args.out}/aot_table.json already", flush=True)
         continue
       start = time.perf_counter()
-      compiled = compile_run(table_config(moe=moe, kl=args.kl), topology, shape=model,
-                             layers=args.layers, eval_steps=False, only=steps,
+      compiled = compile_run(table_config(moe=moe, kl=args.kl, tensor=key[2]), topology,
+                             shape=model, layers=args.layers, eval_steps=False, only=steps,
                              progress=progress)
       print(compiled.table(), f"\n({time.perf_counter() - start:.0f} s)\n", flush=True)
-      rows = [r for r in rows if (r["model"], r["topology"]) != (model, topology)]
+      rows = [r for r in rows if (r["model"], r["topology"], tensor(r)) != key]
       rows.extend({**row, "commit": commit} for row in compiled.rows())
       write(os.path.join(args.out, "aot_table.json"), rows, earlier)
       release_compiled()
