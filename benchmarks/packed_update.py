@@ -116,13 +116,14 @@ def main(argv=None) -> dict:
                       help="packed row widths, tokens (each >= 32 + 1,024)")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--quick", action="store_true",
-                      help="a 1-layer model and responses 1/16 as long: checks the script")
+                      help="a 1-layer width-64 model and responses 1/16 as long: checks the script")
   args = parser.parse_args(argv)
   model_config = ModelConfig()
   lengths = W3_LENGTHS
   widths = [int(w) for w in args.widths.split(",")]
   if args.quick:
-    model_config = ModelConfig(num_layers=1)
+    model_config = ModelConfig(num_layers=1, hidden_size=64, intermediate_size=128,
+                               num_heads=2, num_kv_heads=1, head_dim=32, vocab_size=128)
     lengths = tuple(n // 16 for n in W3_LENGTHS)
     widths = [PROMPT_LEN + max(lengths)]
   host = w3_batch(lengths, model_config.vocab_size)
