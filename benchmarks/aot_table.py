@@ -152,11 +152,14 @@ def load_table(path: str) -> dict:
 
 
 def current_commit() -> str:
-  """HEAD of the repository this script runs from (+ " with local changes" when dirty)."""
+  """HEAD of the repository this script runs from (+ " with local changes" when files outside
+  benchmarks/results/ differ from it)."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   run = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,  # noqa: E731
                                   text=True).stdout.strip()
-  dirty = run("status", "--porcelain", "--untracked-files=no")
+  # The table's own results file changes as it runs: only other changes make the code dirty.
+  dirty = [line for line in run("status", "--porcelain", "--untracked-files=no").splitlines()
+           if "benchmarks/results/" not in line]
   return run("rev-parse", "--short", "HEAD") + (" with local changes" if dirty else "")
 
 
